@@ -1,0 +1,1 @@
+"""TiCDC wire formats: codecs (pure functions over bytes) and their mapping to OpenCDC records."""

@@ -1,0 +1,1 @@
+"""cdcflow: Conduit-compatible CDC connectors for TiCDC outputs."""

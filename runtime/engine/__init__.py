@@ -1,0 +1,1 @@
+"""Execution of pipelines on Apache Spark."""

@@ -1,0 +1,60 @@
+"""Typed errors. Each carries the context a user needs to find the cause."""
+
+from __future__ import annotations
+
+
+class CdcflowError(Exception):
+    """Base class of every error cdcflow raises on purpose."""
+
+
+class ConfigError(CdcflowError):
+    """A setting is invalid. Raised before anything starts."""
+
+    def __init__(self, plugin: str, parameter: str | None, rule: str, message: str):
+        self.plugin = plugin
+        self.parameter = parameter
+        self.rule = rule
+        where = f"{plugin}: parameter {parameter!r}" if parameter else plugin
+        super().__init__(f"{where}: {message} (rule: {rule})")
+
+
+class PluginNotFoundError(CdcflowError):
+    """No registered plugin matches a reference such as ``builtin:file@v0.1.0``."""
+
+
+class PluginLoadError(CdcflowError):
+    """A plugin was found but could not be loaded or specified."""
+
+
+class DuplicatePluginError(CdcflowError):
+    """Two plugins share the same kind, name and version."""
+
+
+class PluginCrashedError(CdcflowError):
+    """A standalone plugin process died or broke its protocol."""
+
+    def __init__(self, plugin: str, message: str):
+        self.plugin = plugin
+        super().__init__(f"plugin {plugin}: {message}")
+
+
+class RecordError(CdcflowError):
+    """One record could not be processed; the pipeline may route it to the DLQ."""
+
+    def __init__(self, message: str, *, position: bytes | None = None, node: str | None = None):
+        self.position = position
+        self.node = node
+        super().__init__(message)
+
+
+class ConversionError(CdcflowError):
+    """A value cannot be represented in the target form without changing it."""
+
+    def __init__(self, message: str, *, path: str | None = None, value: object = None):
+        self.path = path
+        self.value = value
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class SchemaError(CdcflowError):
+    """A schema is unknown, invalid or incompatible."""

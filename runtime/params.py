@@ -1,0 +1,244 @@
+"""Parameter specifications and validation of plugin settings.
+
+Settings arrive as strings (Conduit passes ``map<string,string>``). A plugin declares
+a ``Parameter`` per setting; ``validate`` checks every rule before the plugin starts
+and returns typed values. A parameter name ending in ``.*`` accepts any setting with
+that prefix (pass-through client properties such as ``kafka.*``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ConfigError
+
+MASK = "***"
+
+
+class ParamType(enum.IntEnum):
+    """Same numbers as ``config.v1.Parameter.Type``."""
+
+    STRING = 1
+    INT = 2
+    FLOAT = 3
+    BOOL = 4
+    FILE = 5
+    DURATION = 6
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One setting: its type, default and rules (Conduit's validations plus ``secret``)."""
+
+    type: ParamType = ParamType.STRING
+    default: str | None = None
+    description: str = ""
+    required: bool = False
+    greater_than: float | None = None
+    less_than: float | None = None
+    inclusion: tuple[str, ...] = ()
+    exclusion: tuple[str, ...] = ()
+    regex: str | None = None
+    secret: bool = False
+
+    @property
+    def wildcard(self) -> bool:
+        return False
+
+
+_BOOL_TRUE = {"true", "1", "t", "yes", "y", "on"}
+_BOOL_FALSE = {"false", "0", "f", "no", "n", "off"}
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go-style duration (``1m30s``, ``250ms``, ``-2h``) into seconds."""
+    s = text.strip()
+    sign = -1.0 if s.startswith("-") else 1.0
+    s = s.lstrip("+-")
+    if s == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"invalid duration {text!r} (expected e.g. 500ms, 5s, 1m30s)")
+    return sign * total
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _BOOL_TRUE:
+        return True
+    if low in _BOOL_FALSE:
+        return False
+    raise ValueError(f"invalid bool {text!r} (expected true or false)")
+
+
+def _convert(ptype: ParamType, raw: str) -> Any:
+    if ptype is ParamType.INT:
+        return int(raw.strip())
+    if ptype is ParamType.FLOAT:
+        return float(raw.strip())
+    if ptype is ParamType.BOOL:
+        return parse_bool(raw)
+    if ptype is ParamType.DURATION:
+        return parse_duration(raw)
+    return raw
+
+
+def _numeric(ptype: ParamType, value: Any) -> float | None:
+    if ptype in (ParamType.INT, ParamType.FLOAT, ParamType.DURATION):
+        return float(value)
+    if ptype is ParamType.STRING:
+        return None
+    return None
+
+
+def _match_spec(spec: Mapping[str, Parameter], key: str) -> tuple[str, Parameter] | None:
+    p = spec.get(key)
+    if p is not None:
+        return key, p
+    for name, p in spec.items():
+        if name.endswith(".*") and key.startswith(name[:-1]):
+            return name, p
+    return None
+
+
+def validate(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, str]) -> dict[str, Any]:
+    """Check ``settings`` against ``spec``; return typed values with defaults filled in.
+
+    Raises ConfigError naming the plugin, the parameter and the rule of the first
+    problem; ``problems`` lists all of them.
+    """
+    errors = problems(plugin, spec, settings)
+    if errors:
+        raise errors[0]
+    out: dict[str, Any] = {}
+    for name, p in spec.items():
+        if name.endswith(".*"):
+            continue
+        raw = settings.get(name, p.default)
+        if raw is None:
+            out[name] = None
+            continue
+        out[name] = _convert(p.type, str(raw))
+    for key, raw in settings.items():
+        m = _match_spec(spec, key)
+        if m and m[0].endswith(".*"):
+            out[key] = raw
+    return out
+
+
+def problems(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, str]) -> list[ConfigError]:
+    """Every rule ``settings`` break, in a stable order (for ``cdcflow validate``)."""
+    errs: list[ConfigError] = []
+    for key in sorted(settings):
+        if _match_spec(spec, key) is None:
+            known = ", ".join(sorted(spec)) or "none"
+            errs.append(ConfigError(plugin, key, "unknown", f"unrecognized parameter (known: {known})"))
+    for name in sorted(spec):
+        p = spec[name]
+        if name.endswith(".*"):
+            continue
+        raw = settings.get(name)
+        if raw is None or (p.required and str(raw) == ""):
+            if p.required and (raw is None or str(raw) == "") and not p.default:
+                errs.append(ConfigError(plugin, name, "required", "value is required"))
+                continue
+            raw = p.default
+            if raw is None:
+                continue
+        raw = str(raw)
+        shown = MASK if p.secret else repr(raw)
+        try:
+            value = _convert(p.type, raw)
+        except ValueError as e:
+            errs.append(ConfigError(plugin, name, "type", f"value {shown} is not a valid {p.type.name.lower()}: {e}" if not p.secret else f"value is not a valid {p.type.name.lower()}"))
+            continue
+        num = _numeric(p.type, value)
+        if p.greater_than is not None and num is not None and not num > p.greater_than:
+            errs.append(ConfigError(plugin, name, "greater-than", f"value {shown} must be greater than {p.greater_than:g}"))
+        if p.less_than is not None and num is not None and not num < p.less_than:
+            errs.append(ConfigError(plugin, name, "less-than", f"value {shown} must be less than {p.less_than:g}"))
+        if p.inclusion and raw not in p.inclusion:
+            errs.append(ConfigError(plugin, name, "inclusion", f"value {shown} must be one of {', '.join(p.inclusion)}"))
+        if p.exclusion and raw in p.exclusion:
+            errs.append(ConfigError(plugin, name, "exclusion", f"value {shown} must not be one of {', '.join(p.exclusion)}"))
+        if p.regex is not None and re.fullmatch(p.regex, raw) is None:
+            errs.append(ConfigError(plugin, name, "regex", f"value {shown} must match {p.regex!r}"))
+        if p.type is ParamType.FILE and raw and not Path(raw).exists():
+            errs.append(ConfigError(plugin, name, "file", f"file {raw!r} does not exist"))
+    return errs
+
+
+def masked(spec: Mapping[str, Parameter], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``settings`` with secret values replaced by ``***`` (for logs, describe)."""
+    out = {}
+    for k, v in settings.items():
+        m = _match_spec(spec, k)
+        out[k] = MASK if (m is not None and m[1].secret and v not in (None, "")) else v
+    return out
+
+
+def secret_values(spec: Mapping[str, Parameter], settings: Mapping[str, Any]) -> list[str]:
+    vals = []
+    for k, v in settings.items():
+        m = _match_spec(spec, k)
+        if m is not None and m[1].secret and v not in (None, ""):
+            vals.append(str(v))
+    return vals
+
+
+class SecretRedactor(logging.Filter):
+    """Replaces every registered secret value in log messages with ``***``.
+
+    Installed on the root handlers by ``install_redactor``; plugins register the
+    secrets of their settings when configured, so no log line shows them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+        self._lock = threading.Lock()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, *values: str) -> None:
+        with self._lock:
+            self._secrets.update(v for v in values if v)
+            if self._secrets:
+                alts = sorted(self._secrets, key=len, reverse=True)
+                self._pattern = re.compile("|".join(re.escape(v) for v in alts))
+
+    def redact(self, text: str) -> str:
+        pat = self._pattern
+        return pat.sub(MASK, text) if pat is not None else text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._pattern is not None:
+            msg = record.getMessage()
+            red = self.redact(msg)
+            if red != msg:
+                record.msg, record.args = red, None
+        return True
+
+
+REDACTOR = SecretRedactor()
+
+
+def install_redactor(logger: logging.Logger | None = None) -> None:
+    """Attach the global redactor to every handler of ``logger`` (root by default)."""
+    lg = logger or logging.getLogger()
+    for h in lg.handlers:
+        if REDACTOR not in h.filters:
+            h.addFilter(REDACTOR)

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC modules (see ``generate.py``); import from here."""

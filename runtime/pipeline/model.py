@@ -1,0 +1,82 @@
+"""Parsed pipeline configuration (Conduit ``version: 2.2`` plus cdcflow's ``engine:`` key).
+
+Plain dataclasses shared by the parser, ``cdcflow validate`` and the engine. Each
+node keeps where it came from (file and line) so errors can point at it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Origin:
+    file: str
+    line: int  # 1-based
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class ProcessorConfig:
+    id: str
+    plugin: str  # e.g. "field.set", "builtin:filter", "standalone:my-transform@v1.0.0"
+    settings: dict[str, str] = field(default_factory=dict)
+    condition: str | None = None
+    workers: int = 1
+    origin: Origin | None = None
+
+
+@dataclass
+class ConnectorConfig:
+    id: str
+    type: str  # "source" | "destination"
+    plugin: str
+    name: str = ""
+    settings: dict[str, str] = field(default_factory=dict)
+    processors: list[ProcessorConfig] = field(default_factory=list)
+    origin: Origin | None = None
+
+
+@dataclass
+class DLQConfig:
+    plugin: str = "builtin:log"
+    settings: dict[str, str] = field(default_factory=dict)
+    window_size: int = 1
+    window_nack_threshold: int = 0
+    origin: Origin | None = None
+
+
+@dataclass
+class EngineConfig:
+    """cdcflow's own additions, under the top-level or pipeline-level ``engine:`` key."""
+
+    master: str = "local[*]"
+    conf: dict[str, str] = field(default_factory=dict)
+    trigger_interval: float = 1.0  # seconds between micro-batches of unbounded sources
+    batch_size: int = 10_000  # records per read/transform/write batch
+    state_dir: str | None = None  # default: .cdcflow/ beside the pipeline file
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineConfig:
+    id: str
+    status: str = "running"  # "running" | "stopped"
+    name: str = ""
+    description: str = ""
+    connectors: list[ConnectorConfig] = field(default_factory=list)
+    processors: list[ProcessorConfig] = field(default_factory=list)
+    dead_letter_queue: DLQConfig = field(default_factory=DLQConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    origin: Origin | None = None
+
+    @property
+    def sources(self) -> list[ConnectorConfig]:
+        return [c for c in self.connectors if c.type == "source"]
+
+    @property
+    def destinations(self) -> list[ConnectorConfig]:
+        return [c for c in self.connectors if c.type == "destination"]

@@ -1,0 +1,1 @@
+"""Templates for `cdcflow plugins init`."""
