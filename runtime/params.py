@@ -12,7 +12,7 @@ import enum
 import logging
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -46,10 +46,6 @@ class Parameter:
     exclusion: tuple[str, ...] = ()
     regex: str | None = None
     secret: bool = False
-
-    @property
-    def wildcard(self) -> bool:
-        return False
 
 
 _BOOL_TRUE = {"true", "1", "t", "yes", "y", "on"}
@@ -98,10 +94,9 @@ def _convert(ptype: ParamType, raw: str) -> Any:
 
 
 def _numeric(ptype: ParamType, value: Any) -> float | None:
+    """The number greater-than/less-than compare (durations in seconds)."""
     if ptype in (ParamType.INT, ParamType.FLOAT, ParamType.DURATION):
         return float(value)
-    if ptype is ParamType.STRING:
-        return None
     return None
 
 
@@ -128,7 +123,9 @@ def validate(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, 
     for name, p in spec.items():
         if name.endswith(".*"):
             continue
-        raw = settings.get(name, p.default)
+        raw = settings.get(name)
+        if raw is None or raw == "":
+            raw = p.default
         if raw is None:
             out[name] = None
             continue
@@ -152,19 +149,19 @@ def problems(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, 
         if name.endswith(".*"):
             continue
         raw = settings.get(name)
-        if raw is None or (p.required and str(raw) == ""):
-            if p.required and (raw is None or str(raw) == "") and not p.default:
-                errs.append(ConfigError(plugin, name, "required", "value is required"))
-                continue
+        if raw is None or raw == "":
             raw = p.default
-            if raw is None:
-                continue
+        if raw is None or raw == "":
+            if p.required:
+                errs.append(ConfigError(plugin, name, "required", "value is required"))
+            continue
         raw = str(raw)
         shown = MASK if p.secret else repr(raw)
         try:
             value = _convert(p.type, raw)
         except ValueError as e:
-            errs.append(ConfigError(plugin, name, "type", f"value {shown} is not a valid {p.type.name.lower()}: {e}" if not p.secret else f"value is not a valid {p.type.name.lower()}"))
+            detail = f": {e}" if not p.secret else ""
+            errs.append(ConfigError(plugin, name, "type", f"value {shown} is not a valid {p.type.name.lower()}{detail}"))
             continue
         num = _numeric(p.type, value)
         if p.greater_than is not None and num is not None and not num > p.greater_than:
