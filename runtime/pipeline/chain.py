@@ -1,0 +1,282 @@
+"""The transform chain: a pipeline's (or a connector's) processors run over a batch.
+
+The engine builds one ``Chain`` per processor list inside each Spark task (or
+reuses one per executor process) and calls ``process`` once per batch. Each
+processor sees the whole surviving batch through its batch ``process`` method, so
+there is no per-transform re-encoding and no per-record call into the chain.
+
+Semantics (Conduit's):
+- a processor with a ``condition`` only receives the records for which it is true;
+  the others pass it by unchanged and keep their place;
+- ``FILTERED`` drops a record (it counts as acknowledged);
+- ``Failed``, a raise for one record, or a condition that fails for one record
+  nacks only that record, naming the processor; the rest of the batch goes on;
+- a transform returning several records (a split) puts them where the input was.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import CdcflowError, ConfigError
+from ..expr import Condition, ExpressionError
+from ..record import Record
+from ..sdk import Failed, Filtered, Transform
+from .model import ProcessorConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Chain", "ChainResult", "Nack", "ProcessorSetupError", "build_chain"]
+
+
+@dataclass(slots=True)
+class Nack:
+    """A record a processor rejected: it goes to the DLQ with ``error`` and ``node_id``."""
+
+    record: Record
+    node_id: str
+    error: str
+
+
+@dataclass(slots=True)
+class ChainResult:
+    """Output of one batch: surviving records in input order, nacks in input order."""
+
+    records: list[Record]
+    nacks: list[Nack] = field(default_factory=list)
+    filtered: int = 0  # input records dropped on purpose (FILTERED or an empty split)
+
+
+class ProcessorSetupError(ConfigError):
+    """A processor could not be built: unknown plugin, bad setting, bad condition, failing open."""
+
+    def __init__(self, processor: ProcessorConfig, rule: str, message: str, parameter: str | None = None):
+        self.processor_id = processor.id
+        self.origin = processor.origin
+        where = f"{processor.origin}: " if processor.origin else ""
+        super().__init__(f"{where}processor {processor.id!r} ({processor.plugin})", parameter, rule, message)
+
+
+class _Node:
+    __slots__ = ("id", "transform", "condition")
+
+    def __init__(self, node_id: str, transform: Transform, condition: Condition | None):
+        self.id = node_id
+        self.transform = transform
+        self.condition = condition
+
+
+def _message(e: BaseException) -> str:
+    text = str(e)
+    return text if text else type(e).__name__
+
+
+class Chain:
+    """Processors applied in order to batches. An empty chain returns its input as is."""
+
+    def __init__(self, nodes: list[_Node]):
+        self._nodes = nodes
+        self._torn_down = False
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [n.id for n in self._nodes]
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def process(self, records: Sequence[Record]) -> ChainResult:
+        batch = records if isinstance(records, list) else list(records)
+        if not self._nodes:
+            return ChainResult(batch)
+        # origin[i] is the input index batch[i] came from: nacks are reported in input order
+        origin: list[int] = list(range(len(batch)))
+        nacks: list[tuple[int, Nack]] = []
+        filtered = 0
+        for node in self._nodes:
+            if not batch:
+                break
+            batch, origin, dropped = self._apply(node, batch, origin, nacks)
+            filtered += dropped
+        nacks.sort(key=lambda item: item[0])
+        return ChainResult(batch, [n for _, n in nacks], filtered)
+
+    def _apply(
+        self, node: _Node, batch: list[Record], origin: list[int], nacks: list[tuple[int, Nack]]
+    ) -> tuple[list[Record], list[int], int]:
+        cond = node.condition
+        if cond is None:
+            selected, selected_at = batch, None
+        else:
+            # state per record: True → goes through the processor, False → passes by
+            selected, selected_at = [], []
+            passes: list[bool | None] = []
+            for i, r in enumerate(batch):
+                try:
+                    ok = cond.evaluate(r)
+                except ExpressionError as e:
+                    nacks.append((origin[i], Nack(r, node.id, f"condition: {e}")))
+                    passes.append(None)
+                    continue
+                passes.append(ok)
+                if ok:
+                    selected.append(r)
+                    selected_at.append(i)
+            if not selected and all(p is False for p in passes):
+                return batch, origin, 0
+        results = self._run(node, selected) if selected else []
+
+        out: list[Record] = []
+        out_origin: list[int] = []
+        dropped = 0
+        if selected_at is None:
+            for i, res in enumerate(results):
+                dropped += _merge(node, batch[i], origin[i], res, out, out_origin, nacks)
+            return out, out_origin, dropped
+        k = 0
+        for i, r in enumerate(batch):
+            p = passes[i]
+            if p is None:
+                continue
+            if p is False:
+                out.append(r)
+                out_origin.append(origin[i])
+                continue
+            dropped += _merge(node, r, origin[i], results[k], out, out_origin, nacks)
+            k += 1
+        return out, out_origin, dropped
+
+    @staticmethod
+    def _run(node: _Node, selected: list[Record]) -> list[Any]:
+        transform = node.transform
+        try:
+            results = transform.process(selected)
+        except Exception as e:  # noqa: BLE001
+            # A batch-level raise cannot say which record failed: run the records one
+            # by one so only the failing ones are nacked.
+            log.debug("processor %s failed a batch of %d (%s); retrying record by record", node.id, len(selected), e)
+            results = []
+            for r in selected:
+                try:
+                    one = transform.process([r])
+                    results.append(one[0] if len(one) == 1 else Failed(f"returned {len(one)} results for 1 record"))
+                except Exception as e1:  # noqa: BLE001
+                    results.append(Failed(_message(e1)))
+            return results
+        if len(results) != len(selected):
+            message = f"processor returned {len(results)} results for {len(selected)} records (plugin bug)"
+            return [Failed(message)] * len(selected)
+        return results
+
+    def teardown(self) -> None:
+        """Tear every processor down once; failures are logged, never raised (runs in ``finally``)."""
+        if self._torn_down:
+            return
+        self._torn_down = True
+        for node in self._nodes:
+            try:
+                node.transform.teardown()
+            except Exception as e:  # noqa: BLE001
+                log.warning("processor %s: teardown failed: %s", node.id, _message(e))
+
+    def __enter__(self) -> "Chain":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+
+def _merge(
+    node: _Node,
+    record: Record,
+    at: int,
+    result: Any,
+    out: list[Record],
+    out_origin: list[int],
+    nacks: list[tuple[int, Nack]],
+) -> int:
+    """Append one processor result to the next batch; return 1 if the record was dropped."""
+    if type(result) is Record:
+        out.append(result)
+        out_origin.append(at)
+        return 0
+    if isinstance(result, Filtered):
+        return 1
+    if isinstance(result, Failed):
+        nacks.append((at, Nack(record, node.id, result.message)))
+        return 0
+    if isinstance(result, list):
+        if not result:
+            return 1
+        for item in result:
+            if not isinstance(item, Record):
+                nacks.append((at, Nack(record, node.id, f"processor returned a {type(item).__name__} in a split")))
+                return 0
+        out.extend(result)
+        out_origin.extend([at] * len(result))
+        return 0
+    if isinstance(result, Record):
+        out.append(result)
+        out_origin.append(at)
+        return 0
+    nacks.append((at, Nack(record, node.id, f"processor returned {type(result).__name__}, not a record")))
+    return 0
+
+
+def build_chain(processors: Sequence[ProcessorConfig], registry: Any) -> Chain:
+    """Instantiate, validate, configure and open each processor; compile conditions once.
+
+    ``registry`` is a ``cdcflow.registry.Registry`` (anything with ``transform(ref)``
+    returning a ``PluginInfo``). Raises ``ProcessorSetupError`` (a ConfigError) naming
+    the processor and its file:line; processors already opened are torn down first.
+    """
+    nodes: list[_Node] = []
+    try:
+        for pc in processors:
+            nodes.append(_build_node(pc, registry))
+    except BaseException:
+        Chain(nodes).teardown()
+        raise
+    return Chain(nodes)
+
+
+def _build_node(pc: ProcessorConfig, registry: Any) -> _Node:
+    try:
+        info = registry.transform(pc.plugin)
+    except CdcflowError as e:
+        raise ProcessorSetupError(pc, "plugin", _message(e)) from e
+    try:
+        config = info.validate("transform", pc.settings, plugin_id=pc.id)
+    except ConfigError as e:
+        raise ProcessorSetupError(pc, e.rule, _message(e), e.parameter) from e
+    condition = None
+    if pc.condition:
+        try:
+            condition = Condition.compile(pc.condition)
+        except ExpressionError as e:
+            raise ProcessorSetupError(pc, "condition", _message(e)) from e
+    transform = info.new_transform()
+    transform.id = pc.id
+    try:
+        transform.configure(config)
+    except ConfigError as e:
+        _quiet_teardown(transform)
+        raise ProcessorSetupError(pc, e.rule, _message(e), e.parameter) from e
+    except Exception as e:  # noqa: BLE001
+        _quiet_teardown(transform)
+        raise ProcessorSetupError(pc, "configure", _message(e)) from e
+    try:
+        transform.open()
+    except Exception as e:  # noqa: BLE001
+        _quiet_teardown(transform)
+        raise ProcessorSetupError(pc, "open", _message(e)) from e
+    return _Node(pc.id, transform, condition)
+
+
+def _quiet_teardown(transform: Transform) -> None:
+    try:
+        transform.teardown()
+    except Exception as e:  # noqa: BLE001
+        log.warning("processor %s: teardown failed: %s", transform.id, _message(e))

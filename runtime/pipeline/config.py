@@ -1,0 +1,503 @@
+"""Load Conduit ``version: 2.x`` pipeline files into ``model.PipelineConfig``.
+
+The YAML is read as PyYAML *nodes* (not plain Python values) so every problem can
+name the file and line it comes from. Loading never stops at the first problem:
+``load_files`` returns every pipeline it could build together with every problem it
+found, so ``cdcflow validate`` lists them all and ``cdcflow run`` refuses to start
+when the list is not empty.
+
+Settings values stay the text written in the file (Conduit passes
+``map<string,string>``): ``recordCount: 10`` becomes ``"10"``, ``enabled: true``
+becomes ``"true"``, ``key:`` (null) becomes ``""``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from ..params import parse_duration
+from .model import (
+    ConnectorConfig,
+    DLQConfig,
+    EngineConfig,
+    Origin,
+    PipelineConfig,
+    ProcessorConfig,
+)
+
+#: versions of the pipeline file format this parser reads (Conduit's 2.x line)
+SUPPORTED_VERSIONS = ("2", "2.0", "2.1", "2.2")
+
+#: set by the loader for every file: the absolute directory of the file being read,
+#: so paths can be written relative to it (``${CDCFLOW_FILE_DIR}/out.jsonl``)
+FILE_DIR_VARIABLE = "CDCFLOW_FILE_DIR"
+
+_TAG_NULL = "tag:yaml.org,2002:null"
+_TAG_STR = "tag:yaml.org,2002:str"
+_TAG_INT = "tag:yaml.org,2002:int"
+_TAG_BOOL = "tag:yaml.org,2002:bool"
+
+_VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}?")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a pipeline file. ``line`` is 1-based; 0 when the whole file is concerned."""
+
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        if self.line <= 0:
+            return f"{self.file}: {self.message}"
+        return f"{self.file}:{self.line}: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "message": self.message}
+
+
+@dataclass
+class LoadResult:
+    """Pipelines that could be built (possibly with problems of their own) and every problem."""
+
+    pipelines: list[PipelineConfig] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def load_files(paths: list[str], env: Mapping[str, str] | None = None) -> LoadResult:
+    """Parse every file in ``paths`` (in order) and check ids across all of them.
+
+    ``env`` supplies ``${VAR}`` values (default: ``os.environ``). Pipeline ids must be
+    unique across all files; a duplicate keeps the first and reports the second.
+    """
+    environ = os.environ if env is None else env
+    result = LoadResult()
+    seen_pipelines: dict[str, Origin] = {}
+    for path in paths:
+        for pipeline in _FileParser(str(path), environ, result.problems).parse():
+            first = seen_pipelines.get(pipeline.id)
+            if first is not None:
+                result.problems.append(
+                    _problem(pipeline.origin, f"duplicate pipeline id {pipeline.id!r} (first defined at {first})")
+                )
+                continue
+            seen_pipelines[pipeline.id] = pipeline.origin or Origin(str(path), 0)
+            result.pipelines.append(pipeline)
+    file_order = {str(p): i for i, p in reversed(list(enumerate(paths)))}
+    result.problems.sort(key=lambda pr: (file_order.get(pr.file, len(file_order)), pr.line))
+    return result
+
+
+def _problem(origin: Origin | None, message: str) -> Problem:
+    if origin is None:
+        return Problem("<unknown>", 0, message)
+    return Problem(origin.file, origin.line, message)
+
+
+class _FileParser:
+    """Turns one file's YAML nodes into PipelineConfig objects, collecting problems."""
+
+    def __init__(self, path: str, env: Mapping[str, str], problems: list[Problem]):
+        self.path = path
+        self.problems = problems
+        self.file_dir = str(Path(path).resolve().parent)
+        self.env: dict[str, str] = {FILE_DIR_VARIABLE: self.file_dir}
+        self.env.update(env)
+
+    # -- entry -------------------------------------------------------------
+
+    def parse(self) -> list[PipelineConfig]:
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            self.problems.append(Problem(self.path, 0, f"cannot read file: {e.strerror or e}"))
+            return []
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.problems.append(Problem(self.path, 0, f"file is not UTF-8: {e}"))
+            return []
+        try:
+            documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            line = mark.line + 1 if mark is not None else 0
+            what = e.problem or str(e)
+            if e.context:
+                what = f"{e.context}: {what}"
+            self.problems.append(Problem(self.path, line, f"YAML syntax error: {what}"))
+            return []
+        except yaml.YAMLError as e:
+            self.problems.append(Problem(self.path, 0, f"YAML error: {e}"))
+            return []
+        documents = [d for d in documents if d is not None]
+        if not documents:
+            self.problems.append(Problem(self.path, 0, "file holds no configuration (expected 'version' and 'pipelines')"))
+            return []
+        pipelines: list[PipelineConfig] = []
+        for doc in documents:
+            pipelines.extend(self._document(doc))
+        return pipelines
+
+    # -- helpers -----------------------------------------------------------
+
+    def origin(self, node: Node) -> Origin:
+        return Origin(self.path, node.start_mark.line + 1)
+
+    def problem(self, node: Node, message: str) -> None:
+        self.problems.append(Problem(self.path, node.start_mark.line + 1, message))
+
+    def mapping(self, node: Node, what: str, known: tuple[str, ...]) -> dict[str, tuple[Node, Node]] | None:
+        """Key → (key node, value node); reports non-mappings, duplicate and unknown keys."""
+        if _is_null(node):
+            return {}
+        if not isinstance(node, MappingNode):
+            self.problem(node, f"{what} must be a mapping, got {_kind(node)}")
+            return None
+        out: dict[str, tuple[Node, Node]] = {}
+        for knode, vnode in node.value:
+            if not isinstance(knode, ScalarNode):
+                self.problem(knode, f"{what}: keys must be plain strings")
+                continue
+            key = knode.value
+            if key in out:
+                self.problem(knode, f"{what}: duplicate key {key!r} (first at line {out[key][0].start_mark.line + 1})")
+                continue
+            if known and key not in known:
+                self.problem(knode, f"{what}: unknown key {key!r} (known: {', '.join(known)})")
+                continue
+            out[key] = (knode, vnode)
+        return out
+
+    def sequence(self, node: Node, what: str) -> list[Node]:
+        if _is_null(node):
+            return []
+        if not isinstance(node, SequenceNode):
+            self.problem(node, f"{what} must be a list, got {_kind(node)}")
+            return []
+        return list(node.value)
+
+    def text(self, node: Node, what: str) -> str | None:
+        """A scalar's text with ``${VAR}`` interpolated; null → ''."""
+        if not isinstance(node, ScalarNode):
+            self.problem(node, f"{what} must be a single value, got {_kind(node)}")
+            return None
+        if node.tag == _TAG_NULL:
+            return ""
+        return self.interpolate(node, node.value)
+
+    def required_text(self, fields: dict[str, tuple[Node, Node]], key: str, owner: Node, what: str) -> str | None:
+        entry = fields.get(key)
+        if entry is None:
+            self.problem(owner, f"{what}: '{key}' is required")
+            return None
+        value = self.text(entry[1], f"{what}.{key}")
+        if value == "":
+            self.problem(entry[1], f"{what}: '{key}' must not be empty")
+            return None
+        return value
+
+    def integer(self, node: Node, what: str, minimum: int) -> int | None:
+        raw = self.text(node, what)
+        if raw is None:
+            return None
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            self.problem(node, f"{what} must be an integer, got {raw!r}")
+            return None
+        if value < minimum:
+            self.problem(node, f"{what} must be >= {minimum}, got {value}")
+            return None
+        return value
+
+    def string_map(self, node: Node, what: str) -> dict[str, str]:
+        fields = self.mapping(node, what, ())
+        if fields is None:
+            return {}
+        out: dict[str, str] = {}
+        for key, (_, vnode) in fields.items():
+            value = self.text(vnode, f"{what}.{key}")
+            if value is not None:
+                out[key] = value
+        return out
+
+    def interpolate(self, node: Node, text: str) -> str:
+        if "$" not in text:
+            return text
+
+        def replace(m: re.Match[str]) -> str:
+            if m.group(0) == "$$":
+                return "$"
+            if m.group(3) is not None or m.group(1) is None:
+                self.problem(node, f"invalid variable reference {m.group(0)!r} (use ${{NAME}} or ${{NAME:-default}})")
+                return m.group(0)
+            name, default = m.group(1), m.group(2)
+            value = self.env.get(name)
+            if default is not None:
+                return value if value else default
+            if value is None:
+                self.problem(node, f"environment variable {name!r} is not set (use ${{{name}:-default}} for a default)")
+                return ""
+            return value
+
+        return _VARIABLE.sub(replace, text)
+
+    # -- structure ---------------------------------------------------------
+
+    def _document(self, doc: Node) -> list[PipelineConfig]:
+        fields = self.mapping(doc, "configuration", ("version", "pipelines", "engine"))
+        if fields is None:
+            return []
+        version_entry = fields.get("version")
+        if version_entry is None:
+            self.problem(doc, f"'version' is required (this cdcflow reads {', '.join(SUPPORTED_VERSIONS)})")
+            return []
+        version = self.text(version_entry[1], "version")
+        if version is None:
+            return []
+        if version not in SUPPORTED_VERSIONS:
+            hint = " (version 1.x is deprecated in Conduit; convert the file to 2.2)" if version.startswith("1") else ""
+            self.problem(version_entry[1], f"unsupported version {version!r}; supported: {', '.join(SUPPORTED_VERSIONS)}{hint}")
+            return []
+        file_engine = EngineConfig()
+        if "engine" in fields:
+            file_engine = self._engine(fields["engine"][1], EngineConfig(), "engine")
+        pipelines_entry = fields.get("pipelines")
+        if pipelines_entry is None:
+            self.problem(doc, "'pipelines' is required")
+            return []
+        out = []
+        for pnode in self.sequence(pipelines_entry[1], "pipelines"):
+            p = self._pipeline(pnode, file_engine)
+            if p is not None:
+                out.append(p)
+        return out
+
+    def _pipeline(self, node: Node, file_engine: EngineConfig) -> PipelineConfig | None:
+        fields = self.mapping(
+            node,
+            "pipeline",
+            ("id", "status", "name", "description", "connectors", "processors", "dead-letter-queue", "engine"),
+        )
+        if fields is None:
+            return None
+        pid = self.required_text(fields, "id", node, "pipeline")
+        if pid is None:
+            return None
+        what = f"pipeline {pid!r}"
+        p = PipelineConfig(id=pid, origin=self.origin(node))
+        if "status" in fields:
+            status = self.text(fields["status"][1], f"{what}.status")
+            if status not in (None, "", "running", "stopped"):
+                self.problem(fields["status"][1], f"{what}: status must be 'running' or 'stopped', got {status!r}")
+            elif status:
+                p.status = status
+        for key, attr in (("name", "name"), ("description", "description")):
+            if key in fields:
+                value = self.text(fields[key][1], f"{what}.{key}")
+                if value is not None:
+                    setattr(p, attr, value)
+        processor_ids: dict[str, Origin] = {}
+        connector_ids: dict[str, Origin] = {}
+        if "connectors" in fields:
+            for cnode in self.sequence(fields["connectors"][1], f"{what}.connectors"):
+                c = self._connector(cnode, what, processor_ids)
+                if c is None:
+                    continue
+                if c.id in connector_ids:
+                    self.problem(cnode, f"{what}: duplicate connector id {c.id!r} (first defined at {connector_ids[c.id]})")
+                    continue
+                connector_ids[c.id] = c.origin  # type: ignore[assignment]
+                p.connectors.append(c)
+        if "processors" in fields:
+            p.processors = self._processors(fields["processors"][1], what, processor_ids)
+        if "dead-letter-queue" in fields:
+            p.dead_letter_queue = self._dlq(fields["dead-letter-queue"][1], what)
+        p.engine = _copy_engine(file_engine)
+        if "engine" in fields:
+            p.engine = self._engine(fields["engine"][1], p.engine, f"{what}.engine")
+        return p
+
+    def _connector(self, node: Node, owner: str, processor_ids: dict[str, Origin]) -> ConnectorConfig | None:
+        fields = self.mapping(node, f"{owner}: connector", ("id", "type", "plugin", "name", "settings", "processors"))
+        if fields is None:
+            return None
+        cid = self.required_text(fields, "id", node, f"{owner}: connector")
+        if cid is None:
+            return None
+        what = f"{owner}: connector {cid!r}"
+        ctype = self.required_text(fields, "type", node, what)
+        plugin = self.required_text(fields, "plugin", node, what)
+        if ctype is not None and ctype not in ("source", "destination"):
+            self.problem(fields["type"][1], f"{what}: type must be 'source' or 'destination', got {ctype!r}")
+            ctype = None
+        if ctype is None or plugin is None:
+            return None
+        c = ConnectorConfig(id=cid, type=ctype, plugin=plugin, origin=self.origin(node))
+        if "name" in fields:
+            c.name = self.text(fields["name"][1], f"{what}.name") or ""
+        if "settings" in fields:
+            c.settings = self.string_map(fields["settings"][1], f"{what}: settings")
+        if "processors" in fields:
+            c.processors = self._processors(fields["processors"][1], what, processor_ids)
+        return c
+
+    def _processors(self, node: Node, owner: str, seen: dict[str, Origin]) -> list[ProcessorConfig]:
+        out = []
+        for pnode in self.sequence(node, f"{owner}: processors"):
+            proc = self._processor(pnode, owner)
+            if proc is None:
+                continue
+            if proc.id in seen:
+                self.problem(pnode, f"{owner}: duplicate processor id {proc.id!r} (first defined at {seen[proc.id]})")
+                continue
+            seen[proc.id] = proc.origin  # type: ignore[assignment]
+            out.append(proc)
+        return out
+
+    def _processor(self, node: Node, owner: str) -> ProcessorConfig | None:
+        # ``type`` is the name Conduit used before 2.2 for what is now ``plugin``
+        fields = self.mapping(node, f"{owner}: processor", ("id", "plugin", "type", "condition", "settings", "workers"))
+        if fields is None:
+            return None
+        pid = self.required_text(fields, "id", node, f"{owner}: processor")
+        if pid is None:
+            return None
+        what = f"{owner}: processor {pid!r}"
+        if "plugin" in fields and "type" in fields:
+            self.problem(fields["type"][0], f"{what}: 'type' is the pre-2.2 name of 'plugin'; give only 'plugin'")
+            return None
+        plugin = self.required_text(fields, "type" if "type" in fields else "plugin", node, what)
+        if plugin is None:
+            return None
+        proc = ProcessorConfig(id=pid, plugin=plugin, origin=self.origin(node))
+        if "condition" in fields:
+            cond = self.text(fields["condition"][1], f"{what}.condition")
+            proc.condition = cond or None
+        if "settings" in fields:
+            proc.settings = self.string_map(fields["settings"][1], f"{what}: settings")
+        if "workers" in fields:
+            workers = self.integer(fields["workers"][1], f"{what}: workers", 0)
+            if workers is not None:
+                proc.workers = max(workers, 1)  # Conduit treats 0 as the default, 1
+        return proc
+
+    def _dlq(self, node: Node, owner: str) -> DLQConfig:
+        what = f"{owner}: dead-letter-queue"
+        fields = self.mapping(node, what, ("plugin", "settings", "window-size", "window-nack-threshold"))
+        dlq = DLQConfig(origin=self.origin(node))
+        if not fields:
+            return dlq
+        if "plugin" in fields:
+            plugin = self.text(fields["plugin"][1], f"{what}.plugin")
+            if plugin:
+                dlq.plugin = plugin
+        if "settings" in fields:
+            dlq.settings = self.string_map(fields["settings"][1], f"{what}: settings")
+        if "window-size" in fields:
+            size = self.integer(fields["window-size"][1], f"{what}: window-size", 0)
+            if size is not None:
+                dlq.window_size = size
+        if "window-nack-threshold" in fields:
+            threshold = self.integer(fields["window-nack-threshold"][1], f"{what}: window-nack-threshold", 0)
+            if threshold is not None:
+                dlq.window_nack_threshold = threshold
+        # Like Conduit, a threshold >= window-size is accepted: the window never stops the pipeline.
+        return dlq
+
+    def _engine(self, node: Node, base: EngineConfig, what: str) -> EngineConfig:
+        """cdcflow's own settings; a pipeline-level ``engine:`` overrides the file-level one key by key."""
+        fields = self.mapping(node, what, tuple(_ENGINE_KEYS))
+        engine = _copy_engine(base)
+        if not fields:
+            return engine
+        for key, (_, vnode) in fields.items():
+            _ENGINE_KEYS[key](self, vnode, engine, f"{what}.{key}")
+        return engine
+
+
+def _engine_master(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    value = parser.text(node, what)
+    if value:
+        engine.master = value
+
+
+def _engine_conf(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    engine.conf.update(parser.string_map(node, what))
+
+
+def _engine_trigger_interval(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    raw = parser.text(node, what)
+    if raw is None:
+        return
+    try:
+        # a bare number is seconds; otherwise a Go duration such as 500ms or 2s
+        seconds = float(raw) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", raw) else parse_duration(raw)
+    except ValueError as e:
+        parser.problem(node, f"{what}: {e}")
+        return
+    if seconds < 0:
+        parser.problem(node, f"{what} must not be negative, got {raw!r}")
+        return
+    engine.trigger_interval = seconds
+
+
+def _engine_batch_size(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    value = parser.integer(node, what, 1)
+    if value is not None:
+        engine.batch_size = value
+
+
+def _engine_state_dir(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    value = parser.text(node, what)
+    if value:
+        # relative to the pipeline file, like every default cdcflow derives from it
+        engine.state_dir = str(Path(parser.file_dir, os.path.expanduser(value)))
+
+
+_ENGINE_KEYS: dict[str, Callable[[_FileParser, Node, EngineConfig, str], None]] = {
+    "master": _engine_master,
+    "conf": _engine_conf,
+    "trigger-interval": _engine_trigger_interval,
+    "batch-size": _engine_batch_size,
+    "state-dir": _engine_state_dir,
+}
+
+
+def _copy_engine(e: EngineConfig) -> EngineConfig:
+    return EngineConfig(
+        master=e.master,
+        conf=dict(e.conf),
+        trigger_interval=e.trigger_interval,
+        batch_size=e.batch_size,
+        state_dir=e.state_dir,
+        extra=dict(e.extra),
+    )
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == _TAG_NULL
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    if node.tag == _TAG_NULL:
+        return "null"
+    return f"the value {node.value!r}"

@@ -1,0 +1,151 @@
+"""Offline validation of pipeline files (``cdcflow validate``).
+
+Everything that can be known without running anything: the file problems of
+``config.load_files``, then per pipeline: every plugin exists and has the side it
+is used for, settings are valid against each plugin's parameter spec (all rule
+violations, not just the first), conditions compile, built-in transforms accept
+their settings (their ``configure`` compiles templates and field references),
+and each pipeline has at least one source and one destination. Standalone
+transforms are not started: their settings are checked against their spec only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import CdcflowError, ConfigError
+from ..expr import Condition, ExpressionError
+from ..params import problems as parameter_problems
+from .config import LoadResult, Problem, load_files
+from .model import ConnectorConfig, Origin, PipelineConfig, ProcessorConfig
+
+
+@dataclass
+class ValidationResult:
+    pipelines: list[PipelineConfig] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "problems": [p.as_dict() for p in self.problems]}
+
+
+def validate_files(
+    paths: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    plugins_dir: str | Path | None = None,
+    registry: Any = None,
+) -> ValidationResult:
+    """Load ``paths`` and check them against the plugins in ``registry``
+    (default: ``load_registry(plugins_dir)``). Returns every problem, sorted by file and line."""
+    loaded = load_files(list(paths), env)
+    if registry is None:
+        from ..registry import load_registry
+
+        registry = load_registry(plugins_dir)
+    return validate_loaded(loaded, registry, paths)
+
+
+def validate_loaded(loaded: LoadResult, registry: Any, paths: Sequence[str] = ()) -> ValidationResult:
+    problems = list(loaded.problems)
+    for pipeline in loaded.pipelines:
+        problems.extend(_PipelineChecker(pipeline, registry).check())
+    order = {str(p): i for i, p in reversed(list(enumerate(paths)))}
+    unique = list(dict.fromkeys(problems))  # the same fact found twice is listed once
+    unique.sort(key=lambda pr: (order.get(pr.file, len(order)), pr.file, pr.line))
+    return ValidationResult(loaded.pipelines, unique)
+
+
+class _PipelineChecker:
+    def __init__(self, pipeline: PipelineConfig, registry: Any):
+        self.pipeline = pipeline
+        self.registry = registry
+        self.problems: list[Problem] = []
+
+    def add(self, origin: Origin | None, message: str) -> None:
+        origin = origin or self.pipeline.origin
+        if origin is None:
+            self.problems.append(Problem("<unknown>", 0, message))
+        else:
+            self.problems.append(Problem(origin.file, origin.line, message))
+
+    def check(self) -> list[Problem]:
+        p = self.pipeline
+        what = f"pipeline {p.id!r}"
+        if not p.sources:
+            self.add(p.origin, f"{what} has no source connector (at least one is required)")
+        if not p.destinations:
+            self.add(p.origin, f"{what} has no destination connector (at least one is required)")
+        for c in p.connectors:
+            self.connector(c, what)
+            for proc in c.processors:
+                self.processor(proc, f"{what}: connector {c.id!r}")
+        for proc in p.processors:
+            self.processor(proc, what)
+        dlq = p.dead_letter_queue
+        self.plugin_settings("connector", dlq.plugin, "destination", dlq.settings, dlq.origin, f"{what}: dead-letter-queue")
+        return self.problems
+
+    def connector(self, c: ConnectorConfig, owner: str) -> None:
+        self.plugin_settings("connector", c.plugin, c.type, c.settings, c.origin, f"{owner}: connector {c.id!r}")
+
+    def plugin_settings(
+        self, kind: str, ref: str, side: str, settings: Mapping[str, str], origin: Origin | None, what: str
+    ) -> Any:
+        """Resolve the plugin and check its settings; return its PluginInfo or None."""
+        try:
+            info = self.registry.connector(ref) if kind == "connector" else self.registry.transform(ref)
+        except CdcflowError as e:
+            self.add(origin, f"{what}: {e}")
+            return None
+        if side not in info.sides:
+            has = ", ".join(info.sides) or "none"
+            self.add(origin, f"{what}: plugin {info.ref} cannot be used as a {side} (it has: {has})")
+            return None
+        for err in parameter_problems(info.ref, info.spec_for(side), settings):
+            self.add(origin, f"{what}: {err}")
+        return info
+
+    def processor(self, proc: ProcessorConfig, owner: str) -> None:
+        what = f"{owner}: processor {proc.id!r}"
+        if proc.condition:
+            try:
+                Condition.compile(proc.condition)
+            except ExpressionError as e:
+                self.add(proc.origin, f"{what}: condition: {e}")
+        info = self.plugin_settings("transform", proc.plugin, "transform", proc.settings, proc.origin, what)
+        if info is None or info.type != "builtin":
+            return
+        # settings passed the spec: let the transform itself check what it compiles (templates, references)
+        try:
+            config = info.validate("transform", proc.settings, plugin_id=proc.id)
+        except ConfigError:
+            return  # already reported above, rule by rule
+        transform = info.new_transform()
+        transform.id = proc.id
+        try:
+            transform.configure(config)
+        except ConfigError as e:
+            self.add(proc.origin, f"{what}: {_without_plugin(e)}")
+        except CdcflowError as e:
+            self.add(proc.origin, f"{what}: {e}")
+        except Exception as e:  # noqa: BLE001 - a plugin's configure may raise anything
+            self.add(proc.origin, f"{what}: invalid settings: {type(e).__name__}: {e}")
+        finally:
+            try:
+                transform.teardown()
+            except Exception:  # noqa: BLE001 - nothing was opened; a failing teardown changes nothing here
+                pass
+
+
+def _without_plugin(e: ConfigError) -> str:
+    """ConfigError text without its leading plugin name (the caller already names the processor)."""
+    text = str(e)
+    prefix = f"{e.plugin}: "
+    return text[len(prefix):] if text.startswith(prefix) else text

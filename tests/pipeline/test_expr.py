@@ -1,0 +1,255 @@
+"""The expression language: conditions, templates, compile-time rejection, safety."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdcflow.expr import Condition, Expression, ExpressionError, Template, to_text
+from cdcflow.record import Operation, Record
+
+
+def rec(**kw) -> Record:
+    base = dict(
+        position=b"pos-1",
+        operation=Operation.UPDATE,
+        metadata={"opencdc.collection": "shop.users", "table": "postgres", "key": "expected-value"},
+        key={"id": 7},
+        before={"name": "ann", "age": 30},
+        after={"name": "Ann", "age": 31, "tags": ["a", "b"], "first name": "Ann", "addr": {"city": "Oslo"},
+               "price": Decimal("9.90"), "items": 3, "blob": b"\x00\x01"},
+    )
+    base.update(kw)
+    return Record(**base)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('Operation == "update"', True),
+        ('Operation == "create"', False),
+        ('Operation in ["create", "update"]', True),
+        ('Metadata["opencdc.collection"] == "shop.users"', True),
+        ('Metadata.table == "postgres"', True),
+        ('Metadata.missing == "x"', False),
+        ('isNull(Metadata.missing)', True),
+        ("Key.id == 7", True),
+        ("Key['id'] > 5 and Key.id < 10", True),
+        ("Payload.After.age > Payload.Before.age", True),
+        ('Payload.After["first name"] == "Ann"', True),
+        ('Payload.After.addr.city == "Oslo"', True),
+        ('Payload.After.nope.deeper == "x"', False),  # missing fields read as null, at any depth
+        ('contains(Payload.After.tags, "b")', True),
+        ('"a" in Payload.After.tags', True),
+        ('hasPrefix(Metadata["opencdc.collection"], "shop.")', True),
+        ('hasSuffix(Metadata["opencdc.collection"], ".orders")', False),
+        ('upper(Payload.After.name) == "ANN"', True),
+        ('lower(Payload.After.name) == "ann"', True),
+        ('Payload.After.name.startswith("A")', True),
+        ('Payload.After.items == 3', True),  # "items" is a field, not dict.items
+        ('Payload.After.price == decimal("9.9")', True),
+        ('matches(Payload.After.name, "^A.n$")', True),
+        ("len(Payload.After.tags) == 2", True),
+        ("not empty(Payload.After.name)", True),
+        ("Position == b'pos-1'", True),
+        ("true and not false", True),
+        ("Payload.After.age % 2 == 1 if Operation == 'update' else false", True),
+    ],
+)
+def test_conditions(text, expected):
+    assert Condition.compile(text).evaluate(rec()) is expected
+
+
+def test_condition_on_delete_with_null_after_is_false_not_an_error():
+    delete = rec(operation=Operation.DELETE, after=None)
+    assert Condition.compile('Payload.After.name == "Ann"').evaluate(delete) is False
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Payload.After.name", "Payload.After.age + 1", "Metadata.missing", '"true"', "Payload.After.tags", "1"],
+)
+def test_non_bool_condition_fails_for_that_record(text):
+    cond = Condition.compile(text)
+    with pytest.raises(ExpressionError, match="condition must be true or false"):
+        cond.evaluate(rec())
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "empty expression"),
+        ("Operation = 'create'", "syntax error"),
+        ("Operation ==", "syntax error"),
+        ("import os", "syntax error"),
+        ("os.system('ls')", "unknown name 'os'"),
+        ("open('/etc/passwd')", "unknown function 'open'"),
+        ("__import__('os')", "unknown function '__import__'"),
+        ("eval('1')", "unknown function 'eval'"),
+        ("Payload.__class__", "starting with '_'"),
+        ("Payload.After.tags.append(1)", "unknown method 'append'"),
+        ("Metadata.pop('table')", "unknown method 'pop'"),
+        ("[x for x in Payload.After.tags]", "comprehensions are not supported"),
+        ("(lambda: 1)()", "lambda is not supported"),
+        ("(x := 1)", "assignment is not supported"),
+        ("Payload.After @ 2", "operator MatMult is not supported"),
+        ("Record", "unknown name 'Record'"),
+    ],
+)
+def test_invalid_expressions_fail_at_compile_time(text, fragment):
+    with pytest.raises(ExpressionError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        Condition.compile(text)
+
+
+def test_syntax_error_names_the_column():
+    with pytest.raises(ExpressionError) as info:
+        Expression.compile("Operation = 1")
+    assert info.value.column == 11
+    assert "at column 11" in str(info.value)
+
+
+def test_runtime_errors_are_expression_errors_with_the_text():
+    expr = Expression.compile("Payload.After.name + 1")
+    with pytest.raises(ExpressionError) as info:
+        expr.evaluate(rec())
+    assert info.value.text == "Payload.After.name + 1"
+    assert "TypeError" in str(info.value)
+
+
+def test_field_of_raw_data_is_an_error():
+    with pytest.raises(ExpressionError, match="raw data"):
+        Expression.compile("Payload.After.name").evaluate(rec(after=b'{"name": "x"}'))
+
+
+def test_expression_cannot_mutate_the_record():
+    r = rec()
+    before = repr(r)
+    for text in ('Payload.After.get("name")', "Metadata.clear", "Payload.After.tags.pop"):
+        try:
+            value = Expression.compile(text).evaluate(r)
+        except ExpressionError:
+            continue
+        assert not callable(value)
+    assert repr(r) == before
+
+
+def test_evaluation_values():
+    r = rec()
+    assert Expression.compile("Payload.After.age * 2").evaluate(r) == 62
+    assert Expression.compile("Operation").evaluate(r) == "update"
+    assert Expression.compile("Payload.After.addr").evaluate(r) == {"city": "Oslo"}
+    assert isinstance(Expression.compile("now()").evaluate(r), dt.datetime)
+    assert Expression.compile("coalesce(Metadata.missing, '', 'third')").evaluate(r) == "third"
+    assert Expression.compile("split('a,b', ',')").evaluate(r) == ["a", "b"]
+    assert Expression.compile("join(Payload.After.tags, '-')").evaluate(r) == "a-b"
+    assert Expression.compile("b64dec(b64enc('hi'))").evaluate(r) == "hi"
+    assert Expression.compile("int('42') + 1").evaluate(r) == 43
+
+
+# -- templates -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("plain text", "plain text"),
+        ("{{ Payload.After.name }}", "Ann"),
+        ("Hello {{ Payload.After.name }}, you are {{ Payload.After.age }}!", "Hello Ann, you are 31!"),
+        ("{{Operation}}/{{Metadata['opencdc.collection']}}", "update/shop.users"),
+        ('{{ Metadata.table == "postgres" }}', "true"),
+        ("{{ Metadata.missing }}", ""),
+        ("{{ Payload.After.addr }}", '{"city":"Oslo"}'),
+        ("{{ Payload.After.price }}", "9.90"),
+        ("{{ Payload.After.tags }}", '["a","b"]'),
+        ("{{ upper(Payload.After.name) }}-{{ Key.id * 10 }}", "ANN-70"),
+        ('{{ "{{" }} literal braces {{ "}}" }}', "{{ literal braces }}"),
+    ],
+)
+def test_templates_render_text(text, expected):
+    assert Template.compile(text).render(rec()) == expected
+
+
+def test_template_evaluate_keeps_native_value_of_a_single_placeholder():
+    assert Template.compile("{{ Payload.After.age }}").evaluate(rec()) == 31
+    assert Template.compile("age {{ Payload.After.age }}").evaluate(rec()) == "age 31"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("{{ Payload.After.( }}", "syntax error"), ("a {{ b", "unbalanced"), ("{{ nope }}", "unknown name 'nope'")],
+)
+def test_invalid_templates_fail_at_compile_time(text, fragment):
+    with pytest.raises(ExpressionError, match=fragment):
+        Template.compile(text)
+
+
+def test_template_error_column_points_into_the_template():
+    with pytest.raises(ExpressionError) as info:
+        Template.compile("{{ Payload.After.( }}")
+    assert info.value.column == 18  # the "(" is the 18th character
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [(None, ""), (True, "true"), (False, "false"), (12, "12"), (1.5, "1.5"), (b"hi", "hi"), ("s", "s"),
+     (Decimal("1.10"), "1.10"), ({"a": [1, None]}, '{"a":[1,null]}'), (dt.date(2024, 1, 2), "2024-01-02")],
+)
+def test_to_text(value, text):
+    assert to_text(value) == text
+
+
+_literal = st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_literal, _literal)
+def test_text_outside_placeholders_is_kept_verbatim(prefix, suffix):
+    template = Template.compile(prefix + "{{ Payload.After.name }}" + suffix)
+    assert template.render(rec()) == prefix + "Ann" + suffix
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(2**70), 2**70), st.integers(-(2**70), 2**70))
+def test_comparisons_agree_with_python(a, b):
+    r = rec(after={"a": a, "b": b})
+    assert Condition.compile("Payload.After.a < Payload.After.b").evaluate(r) is (a < b)
+    assert Condition.compile("Payload.After.a == Payload.After.b").evaluate(r) is (a == b)
+    assert Expression.compile("Payload.After.a + Payload.After.b").evaluate(r) == a + b
+
+
+def test_unknown_name_inside_item_access_is_rejected():
+    with pytest.raises(ExpressionError, match="unknown name 'key_name'"):
+        Expression.compile("Metadata[key_name]")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=10), st.text(max_size=10), min_size=1, max_size=5))
+def test_metadata_lookup_by_any_key(metadata):
+    r = rec(metadata=metadata)
+    for key, value in metadata.items():
+        literal = repr(key)
+        assert Expression.compile(f"Metadata[{literal}]").evaluate(r) == value
+
+
+def test_conduit_examples():
+    """Each example of Conduit's processor docs, rewritten as in docs/expressions.md."""
+    r = Record(
+        operation=Operation.CREATE,
+        metadata={"key": "expected-value", "table": "postgres", "foo": "bar", "opencdc.collection": "shop.users"},
+        after={"foo": "bar", "name": "xavier"},
+    )
+    assert Condition.compile('Metadata.key == "expected-value"').evaluate(r) is True
+    assert Template.compile("{{ Payload.After }}").render(r) == '{"foo":"bar","name":"xavier"}'
+    assert Template.compile('{{ Metadata.table == "postgres" }}').render(r) == "true"
+    assert (
+        Template.compile("custom error message with data from record: {{ Metadata.foo }}").render(r)
+        == "custom error message with data from record: bar"
+    )
+    assert Condition.compile('Operation == "delete"').evaluate(r) is False
+    assert Condition.compile('hasPrefix(Metadata["opencdc.collection"], "shop.")').evaluate(r) is True
+    assert Condition.compile('contains(Payload.After.name, "x")').evaluate(r) is True
+    assert Template.compile("{{ upper(Payload.After.name) }}").render(r) == "XAVIER"

@@ -1,0 +1,89 @@
+"""``field.exclude``: remove fields from each record (Conduit's processor)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from cdcflow.errors import ConfigError
+from cdcflow.params import Parameter, ParamType
+from cdcflow.record import Record
+from cdcflow.sdk import Failed, Result, Transform
+
+from .field_set import SCHEMA_PARAMETERS
+from .paths import FieldRef, FieldRefError
+
+
+def split_references(text: str) -> list[str]:
+    """Split a comma-separated list of references, keeping commas inside ["..."] brackets."""
+    parts, current, quote = [], [], ""
+    escaped = False
+    for ch in text:
+        if quote:
+            current.append(ch)
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch in "\"'":
+            quote = ch
+        if ch == ",":
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+class FieldExclude(Transform):
+    """Removes every listed field; nested data below a removed field goes with it."""
+
+    name = "field.exclude"
+    version = "v0.1.0"
+    summary = "Remove a subset of fields from the record."
+    description = (
+        "Removes the fields listed in `fields` (comma-separated field references). Removing .Metadata leaves "
+        "an empty map, removing .Payload clears Before and After. .Position and .Operation cannot be removed."
+    )
+    author = "cdcflow"
+    parameters = {
+        "fields": Parameter(
+            ParamType.STRING, required=True,
+            description="Comma-separated field references, e.g. .Metadata,.Payload.After.foo,.Key.key1.",
+        ),
+        **SCHEMA_PARAMETERS,
+    }
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        plugin = self.id or self.name
+        refs = []
+        for text in split_references(config["fields"]):
+            try:
+                ref = FieldRef.compile(text)
+            except FieldRefError as e:
+                raise ConfigError(plugin, "fields", "reference", str(e)) from None
+            if ref.root in ("Position", "Operation"):
+                raise ConfigError(plugin, "fields", "exclusion", "it is not allowed to exclude .Position or .Operation")
+            refs.append(ref)
+        if not refs:
+            raise ConfigError(plugin, "fields", "required", "at least one field reference is required")
+        self._deleters = [r.delete for r in refs]
+
+    def process(self, records: Sequence[Record]) -> list[Result]:
+        out: list[Result] = []
+        deleters = self._deleters
+        for r in records:
+            try:
+                for delete in deleters:
+                    delete(r)
+                out.append(r)
+            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+                out.append(Failed(str(e) or type(e).__name__))
+        return out
+
+    def process_record(self, record: Record) -> Result:
+        return self.process([record])[0]

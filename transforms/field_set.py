@@ -1,0 +1,79 @@
+"""``field.set``: set one field of each record to a template's text (Conduit's processor)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from cdcflow.errors import ConfigError
+from cdcflow.expr import ExpressionError, Template
+from cdcflow.params import Parameter, ParamType
+from cdcflow.record import Record
+from cdcflow.sdk import Failed, Result, Transform
+
+from .paths import FieldRef, FieldRefError
+
+#: Conduit's processors accept these schema settings; cdcflow keeps structured data
+#: as native values, so there is nothing to decode or encode and they are accepted as no-ops.
+SCHEMA_PARAMETERS: Mapping[str, Parameter] = {
+    f"sdk.schema.{step}.{part}.enabled": Parameter(
+        ParamType.BOOL, default="true",
+        description=f"Conduit compatibility; cdcflow records are native values, so {step} of the {part} is a no-op.",
+    )
+    for step in ("decode", "encode")
+    for part in ("key", "payload")
+}
+
+
+class FieldSet(Transform):
+    """Sets ``field`` to ``value`` rendered for each record; missing fields are created."""
+
+    name = "field.set"
+    version = "v0.1.0"
+    summary = "Set the value of a certain field."
+    description = (
+        "Sets `field` (a field reference such as .Payload.After.name or .Metadata[\"k\"]) to `value`, "
+        "a template whose {{ expression }} placeholders are evaluated per record (see docs/expressions.md). "
+        "The result is text, as in Conduit. Setting .Position is not allowed."
+    )
+    author = "cdcflow"
+    parameters = {
+        "field": Parameter(
+            ParamType.STRING, required=True, exclusion=(".Position",),
+            description="Field to set, e.g. .Payload.After.name, .Metadata[\"opencdc.collection\"], .Operation.",
+        ),
+        "value": Parameter(
+            ParamType.STRING, required=True,
+            description="Template evaluated per record, e.g. {{ upper(Payload.After.name) }}.",
+        ),
+        **SCHEMA_PARAMETERS,
+    }
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        plugin = self.id or self.name
+        try:
+            self._field = FieldRef.compile(config["field"])
+        except FieldRefError as e:
+            raise ConfigError(plugin, "field", "reference", str(e)) from None
+        if self._field.root == "Position":
+            raise ConfigError(plugin, "field", "exclusion", "it is not allowed to set .Position")
+        try:
+            self._value = Template.compile(config["value"])
+        except ExpressionError as e:
+            raise ConfigError(plugin, "value", "template", str(e)) from None
+
+    def process(self, records: Sequence[Record]) -> list[Result]:
+        out: list[Result] = []
+        setter = self._field.set
+        template = self._value
+        constant = template.text if template.is_literal else None
+        for r in records:
+            try:
+                setter(r, constant if constant is not None else template.render(r))
+                out.append(r)
+            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+                out.append(Failed(str(e) or type(e).__name__))
+        return out
+
+    def process_record(self, record: Record) -> Result:
+        return self.process([record])[0]
