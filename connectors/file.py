@@ -1,0 +1,209 @@
+"""The ``file`` source and destination: Conduit's JSON form, one record per line.
+
+Destination: each batch becomes one buffer written with one ``os.write`` on an
+``O_APPEND`` descriptor, then ``fsync`` — durable before ``write`` returns, and
+lines from several writers (Spark tasks appending to one file) never interleave
+inside a batch on a local file system.
+
+Source: follows the file as it grows. A position is the byte offset just after
+a record's line (ASCII decimal), so a restart resumes at the next line. A last
+line without its newline is not consumed until the newline arrives.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from cdcflow.errors import CdcflowError, RecordError
+from cdcflow.params import Parameter, ParamType
+from cdcflow.record import Record
+from cdcflow.sdk import Destination, Source
+
+PLUGIN = "file"
+READ_CHUNK = 1 << 20
+
+SOURCE_PARAMS: dict[str, Parameter] = {
+    "path": Parameter(ParamType.STRING, None, "Path of the file to read (followed while it grows).", required=True),
+}
+DESTINATION_PARAMS: dict[str, Parameter] = {
+    "path": Parameter(ParamType.STRING, None, "Path of the file to append to (created if missing).", required=True),
+}
+
+
+class MalformedLineError(RecordError):
+    """A line of the file is not a record in the JSON form."""
+
+    def __init__(self, path: str, line: int, offset: int, reason: str):
+        self.path = path
+        self.line = line
+        self.offset = offset
+        super().__init__(f"{path}:{line}: malformed record (byte offset {offset}): {reason}",
+                         position=str(offset).encode())
+
+
+class FileTruncatedError(CdcflowError):
+    """The followed file became shorter than what was already read."""
+
+
+def _jsonform():
+    from cdcflow.convert import jsonform
+
+    return jsonform
+
+
+class FileDestination(Destination):
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        self.path = str(config["path"])
+        self._fd: int | None = None
+
+    def open(self) -> None:
+        from cdcflow.schemas import default_store
+
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._store = default_store()
+        self._dumps = _jsonform().dumps_lines
+
+    def write(self, records: Sequence[Record]) -> None:
+        if not records:
+            return None
+        if self._fd is None:
+            raise CdcflowError(f"file destination {self.path}: write before open")
+        data = self._dumps(records, self._store)
+        view = memoryview(data)
+        while view:  # a regular file takes it in one call; loop only for the exotic case
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fsync(self._fd)
+        return None
+
+    def stop(self, last_position: bytes | None) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def teardown(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class FileSource(Source):
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        self.path = str(config["path"])
+        self._file = None
+
+    def open(self, position: bytes | None, partition: str = "") -> None:
+        from cdcflow.schemas import default_store
+
+        self._store = default_store()
+        self._loads = _jsonform().loads_lines
+        try:
+            self._offset = int(position.decode("ascii")) if position else 0
+        except (UnicodeDecodeError, ValueError):
+            raise CdcflowError(f"file source {self.path}: position {position!r} is not a byte offset") from None
+        self._buf = b""  # bytes after _offset that are read but not yet consumed
+        self._last: bytes | None = position or None
+        self._open_file()
+
+    def _open_file(self) -> bool:
+        if self._file is not None:
+            return True
+        try:
+            self._file = open(self.path, "rb", buffering=0)
+        except FileNotFoundError:
+            return False  # not created yet: wait for it
+        self._file.seek(self._offset)
+        return True
+
+    def read(self, max_records: int) -> list[Record]:
+        if not self._open_file():
+            return []
+        size = os.fstat(self._file.fileno()).st_size
+        if size < self._offset + len(self._buf):
+            raise FileTruncatedError(
+                f"file source {self.path}: file shrank to {size} bytes below the read offset "
+                f"{self._offset + len(self._buf)}; it was truncated or replaced")
+        lines: list[bytes] = []
+        ends: list[int] = []
+        scanned = self._take_lines(lines, ends, 0, max_records)
+        while len(lines) < max_records:
+            chunk = self._file.read(READ_CHUNK)
+            if not chunk:
+                break
+            self._buf += chunk
+            scanned = self._take_lines(lines, ends, scanned, max_records)
+        if scanned == 0:
+            return []
+        records = self._parse(lines, ends) if lines else []
+        self._buf = self._buf[scanned:]
+        self._offset += scanned
+        if records:
+            self._last = records[-1].position
+        return records
+
+    def _take_lines(self, lines: list[bytes], ends: list[int], pos: int, limit: int) -> int:
+        """Append complete non-blank lines of the buffer from ``pos`` (and the buffer
+        offset just after each) until ``limit``; return the offset scanned up to.
+        Blank lines are consumed without a record."""
+        buf = self._buf
+        while len(lines) < limit:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                break
+            if buf[pos:nl].strip():
+                lines.append(buf[pos:nl])
+                ends.append(nl + 1)
+            pos = nl + 1
+        return pos
+
+    def _parse(self, lines: list[bytes], ends: list[int]) -> list[Record]:
+        try:
+            records = self._loads(b"\n".join(lines) + b"\n", self._store)
+        except Exception:  # noqa: BLE001 - find the bad line and name it
+            self._raise_for_bad_line(lines, ends)
+            raise
+        if len(records) != len(lines):
+            raise CdcflowError(f"file source {self.path}: {len(lines)} lines gave {len(records)} records")
+        base = self._offset
+        for rec, end in zip(records, ends):
+            rec.position = str(base + end).encode()
+        return records
+
+    def _raise_for_bad_line(self, lines: list[bytes], ends: list[int]) -> None:
+        loads_record = _jsonform().loads_record
+        for line, end in zip(lines, ends):
+            try:
+                loads_record(line, self._store)
+            except Exception:  # noqa: BLE001 - this is the bad line; parse again to name its number
+                start = self._offset + end - len(line) - 1
+                line_no = self._line_number(start)
+                try:
+                    loads_record(line, self._store, line_no)
+                except Exception as e:  # noqa: BLE001
+                    raise MalformedLineError(self.path, line_no, start, str(e) or type(e).__name__) from e
+
+    def _line_number(self, offset: int) -> int:
+        """1-based line number of the line starting at ``offset`` (counted only on error)."""
+        count = 1
+        with open(self.path, "rb") as f:
+            left = offset
+            while left > 0:
+                chunk = f.read(min(READ_CHUNK, left))
+                if not chunk:
+                    break
+                count += chunk.count(b"\n")
+                left -= len(chunk)
+        return count
+
+    def stop(self) -> bytes | None:
+        return self._last
+
+    def teardown(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+

@@ -1,0 +1,178 @@
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from cdcflow.connectors.file import FileTruncatedError, MalformedLineError
+from cdcflow.errors import ConfigError
+from cdcflow.registry import load_registry
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return load_registry(None)
+
+
+def generated(reg, n=25, **extra):
+    info = reg.connector("builtin:generator")
+    source = info.new_source()
+    source.configure(info.validate("source", {"format.type": "tidb", "recordCount": str(n),
+                                              "operations": "create,update,delete", **extra}))
+    source.open(None)
+    out = []
+    while (batch := source.read(10)) is not None:
+        out += batch
+    return out
+
+
+def destination(reg, path):
+    info = reg.connector("builtin:file")
+    dest = info.new_destination()
+    dest.configure(info.validate("destination", {"path": str(path)}))
+    dest.open()
+    return dest
+
+
+def source(reg, path, position=None):
+    info = reg.connector("builtin:file")
+    src = info.new_source()
+    src.configure(info.validate("source", {"path": str(path)}))
+    src.open(position)
+    return src
+
+
+def without_position(records):
+    out = []
+    for r in records:
+        c = r.copy()
+        c.position = b""
+        out.append(c)
+    return out
+
+
+def test_every_tidb_value_round_trips_through_the_file(reg, tmp_path):
+    path = tmp_path / "records.jsonl"
+    records = generated(reg)
+    dest = destination(reg, path)
+    dest.write(records[:10])
+    dest.write(records[10:])
+    dest.teardown()
+    assert path.read_bytes().count(b"\n") == len(records)
+
+    got = source(reg, path).read(1000)
+    assert without_position(got) == without_position(records)
+    # positions are byte offsets just after each line
+    ends = [i + 1 for i, b in enumerate(path.read_bytes()) if b == ord("\n")]
+    assert [int(r.position) for r in got] == ends
+
+
+def test_source_follows_a_growing_file_and_waits_for_complete_lines(reg, tmp_path):
+    path = tmp_path / "growing.jsonl"
+    src = source(reg, path)
+    assert src.read(10) == []  # the file does not exist yet
+    records = generated(reg, 6)
+    dest = destination(reg, path)
+    dest.write(records[:2])
+    assert len(src.read(10)) == 2
+    assert src.read(10) == []  # at the end: nothing, not None
+
+    extra = tmp_path / "one.jsonl"
+    d2 = destination(reg, extra)
+    d2.write(records[2:3])
+    d2.teardown()
+    whole = extra.read_bytes()
+    with open(path, "ab") as f:  # half a line: not consumed
+        f.write(whole[:40])
+    assert src.read(10) == []
+    with open(path, "ab") as f:
+        f.write(whole[40:])
+    got = src.read(10)
+    assert without_position(got) == without_position(records[2:3])
+    assert got[0].position == str(path.stat().st_size).encode()
+    dest.write(records[3:])
+    assert len(src.read(2)) == 2 and len(src.read(10)) == 1
+    dest.teardown()
+    src.teardown()
+
+
+def test_source_resumes_after_a_position(reg, tmp_path):
+    path = tmp_path / "r.jsonl"
+    records = generated(reg, 12)
+    dest = destination(reg, path)
+    dest.write(records)
+    first = source(reg, path).read(5)
+    rest = source(reg, path, position=first[-1].position).read(100)
+    assert without_position(rest) == without_position(records[5:])
+
+
+def test_malformed_line_names_file_and_line(reg, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    dest = destination(reg, path)
+    dest.write(generated(reg, 2))
+    with open(path, "ab") as f:
+        f.write(b"\n{\"position\": \"AA==\", \"operation\": \"create\", \"payload\": \n")
+    dest.write(generated(reg, 1))
+    with pytest.raises(MalformedLineError) as e:
+        source(reg, path).read(100)
+    assert e.value.line == 4 and e.value.path == str(path)
+    assert f"{path}:4:" in str(e.value)
+
+
+def test_truncated_file_is_an_error(reg, tmp_path):
+    path = tmp_path / "t.jsonl"
+    dest = destination(reg, path)
+    dest.write(generated(reg, 3))
+    src = source(reg, path)
+    assert len(src.read(10)) == 3
+    os.truncate(path, 10)
+    with pytest.raises(FileTruncatedError):
+        src.read(10)
+
+
+def test_destination_fsyncs_each_batch_before_returning(reg, tmp_path, monkeypatch):
+    # A spy, not a mock: the real os.fsync still runs. A lost page cache cannot be
+    # produced in a test, so we check the call order the durability rests on.
+    events = []
+    real_write, real_fsync = os.write, os.fsync
+    monkeypatch.setattr(os, "write", lambda fd, data: events.append(("write", fd)) or real_write(fd, data))
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", fd)) or real_fsync(fd))
+    dest = destination(reg, tmp_path / "d.jsonl")
+    records = generated(reg, 20)
+    dest.write(records)
+    fd = dest._fd
+    assert events == [("write", fd), ("fsync", fd)]  # one write per batch, then fsync
+    dest.teardown()
+
+
+def _append(path, worker, batches):
+    from cdcflow.record import Operation, Record
+
+    reg = load_registry(None)
+    dest = destination(reg, path)
+    for b in range(batches):
+        dest.write([Record(f"{worker}/{b}/{i}".encode(), Operation.CREATE, {}, {"w": worker},
+                           None, {"w": worker, "b": b, "i": i, "pad": "x" * 3000}) for i in range(20)])
+    dest.teardown()
+
+
+def test_concurrent_appenders_never_interleave_lines(reg, tmp_path):
+    path = tmp_path / "shared.jsonl"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append, args=(str(path), w, 10)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 3 * 10 * 20
+    seen = {(d["payload"]["after"]["w"], d["payload"]["after"]["b"], d["payload"]["after"]["i"])
+            for d in map(json.loads, lines)}
+    assert len(seen) == 600
+
+
+def test_path_is_required(reg):
+    with pytest.raises(ConfigError) as e:
+        reg.connector("file").validate("destination", {})
+    assert (e.value.parameter, e.value.rule) == ("path", "required")
