@@ -53,3 +53,260 @@ class ResolvedEvent:
 
 
 Event = RowChange | DDLEvent | ResolvedEvent
+
+
+# ---------------------------------------------------------------------------
+# Mapping to and from OpenCDC records (the one place for every TiCDC format).
+# Shape of the records is documented in docs/ticdc-records.md.
+# ---------------------------------------------------------------------------
+from cdcflow.errors import RecordError  # noqa: E402
+from cdcflow.record import (  # noqa: E402
+    META_COLLECTION,
+    META_CONTROL,
+    META_CREATED_AT,
+    Operation,
+    Record,
+)
+
+META_COMMIT_TS = "ticdc.commit-ts"
+META_SCHEMA = "ticdc.schema"
+META_TABLE = "ticdc.table"
+META_PARTITION = "ticdc.partition"
+META_DDL_TYPE = "ticdc.ddl-type"
+META_RESOLVED_TS = "ticdc.resolved-ts"
+# A DDL record's payload is the statement, not a row, so the table schema after
+# the DDL is referenced by its own keys (the opencdc.payload.schema.* keys would
+# be replaced by whoever serialises the payload).
+META_TABLE_SCHEMA_SUBJECT = "ticdc.table.schema.subject"
+META_TABLE_SCHEMA_VERSION = "ticdc.table.schema.version"
+CONTROL_DDL = "ddl"
+CONTROL_RESOLVED = "resolved"
+RESERVED_METADATA = frozenset({
+    META_COMMIT_TS, META_SCHEMA, META_TABLE, META_PARTITION, META_DDL_TYPE, META_RESOLVED_TS,
+    META_TABLE_SCHEMA_SUBJECT, META_TABLE_SCHEMA_VERSION,
+})
+"""``ticdc.*`` keys the mapping owns; every other ``ticdc.*`` key is an event's ``extra``."""
+
+_KIND_OP = {INSERT: Operation.CREATE, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}
+_OP_KIND = {Operation.CREATE: INSERT, Operation.SNAPSHOT: INSERT, Operation.UPDATE: UPDATE,
+            Operation.DELETE: DELETE}
+
+
+def created_at_ns(commit_ts: int) -> str:
+    """``opencdc.createdAt``: the TSO's physical milliseconds in nanoseconds, as text."""
+    return str((commit_ts >> 18) * 1_000_000)
+
+
+def to_record(event: Event, position: bytes, store=None) -> Record:
+    """Map one decoded event to an OpenCDC record.
+
+    ``store`` (a ``cdcflow.schemas.SchemaStore``) receives the table's column
+    model so it travels with the record; None leaves the record without it.
+    """
+    if type(event) is RowChange:
+        return _row_record(event, position, store)
+    if type(event) is DDLEvent:
+        return _ddl_record(event, position, store)
+    if type(event) is ResolvedEvent:
+        return _resolved_record(event, position)
+    raise TypeError(f"not a TiCDC event: {type(event).__name__}")
+
+
+def to_records(events, positions, store=None) -> list[Record]:
+    """Batch form of ``to_record``; ``positions`` pairs with ``events``."""
+    return [to_record(e, p, store) for e, p in zip(events, positions)]
+
+
+def _row_record(ev: RowChange, position: bytes, store) -> Record:
+    table = ev.table
+    md = {
+        META_COLLECTION: table.collection,
+        META_CREATED_AT: created_at_ns(ev.commit_ts),
+        META_COMMIT_TS: str(ev.commit_ts),
+        META_SCHEMA: table.schema,
+        META_TABLE: table.table,
+    }
+    if table.partition is not None:
+        md[META_PARTITION] = str(table.partition)
+    if ev.extra:
+        md.update(ev.extra)
+    row = ev.row
+    key = _key_of(table, row)
+    kind = ev.kind
+    if kind == INSERT:
+        rec = Record(position, Operation.CREATE, md, key, None, row)
+    elif kind == UPDATE:
+        rec = Record(position, Operation.UPDATE, md, key, ev.old, row)
+    elif kind == DELETE:
+        rec = Record(position, Operation.DELETE, md, key, row, None)
+    else:
+        raise ValueError(f"RowChange.kind must be insert/update/delete, not {kind!r}")
+    if store is not None:
+        _schema.attach_table(rec, table, store)
+    return rec
+
+
+def _key_of(table: TableSchema, row: dict | None) -> dict | None:
+    names = _handle_names(table)
+    if not names or row is None:
+        return None
+    try:
+        return {n: row[n] for n in names}
+    except KeyError:  # row lacks a key column (should not happen); key is then partial
+        return {n: row[n] for n in names if n in row} or None
+
+
+_HANDLE_NAMES: dict[int, tuple[TableSchema, tuple[str, ...]]] = {}
+
+
+def _handle_names(table: TableSchema) -> tuple[str, ...]:
+    """Handle-key column names, cached per table object (one dict lookup per row)."""
+    hit = _HANDLE_NAMES.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    names = tuple(c.name for c in table.columns if c.handle_key)
+    if len(_HANDLE_NAMES) > 4096:
+        _HANDLE_NAMES.clear()
+    _HANDLE_NAMES[id(table)] = (table, names)
+    return names
+
+
+def _ddl_record(ev: DDLEvent, position: bytes, store) -> Record:
+    md = {
+        META_CONTROL: CONTROL_DDL,
+        META_COLLECTION: f"{ev.schema}.{ev.table_name}" if ev.table_name else ev.schema,
+        META_CREATED_AT: created_at_ns(ev.commit_ts),
+        META_COMMIT_TS: str(ev.commit_ts),
+        META_SCHEMA: ev.schema,
+        META_TABLE: ev.table_name,
+    }
+    if ev.ddl_type is not None:
+        md[META_DDL_TYPE] = str(ev.ddl_type)
+    if ev.table is not None and ev.table.partition is not None:
+        md[META_PARTITION] = str(ev.table.partition)
+    if ev.extra:
+        md.update(ev.extra)
+    after = {"query": ev.query, "type": ev.ddl_type, "schema": ev.schema, "table": ev.table_name,
+             "commitTs": ev.commit_ts}
+    rec = Record(position, Operation.CREATE, md, None, None, after)
+    if store is not None and ev.table is not None:
+        from .schema import attach_table_schema
+
+        attach_table_schema(rec, ev.table, store)
+    return rec
+
+
+def _resolved_record(ev: ResolvedEvent, position: bytes) -> Record:
+    md = {
+        META_CONTROL: CONTROL_RESOLVED,
+        META_CREATED_AT: created_at_ns(ev.ts),
+        META_RESOLVED_TS: str(ev.ts),
+    }
+    if ev.extra:
+        md.update(ev.extra)
+    return Record(position, Operation.CREATE, md, None, None, {"ts": ev.ts})
+
+
+_NOT_EXTRA = RESERVED_METADATA | {
+    "opencdc.collection", "opencdc.createdAt", "opencdc.readAt", "opencdc.version",
+    "opencdc.key.schema.subject", "opencdc.key.schema.version",
+    "opencdc.payload.schema.subject", "opencdc.payload.schema.version", META_CONTROL,
+}
+
+
+def _extra_of(md: dict[str, str]) -> dict[str, str]:
+    if md.keys() <= _NOT_EXTRA:  # the common case, checked in C
+        return {}
+    return {k: v for k, v in md.items() if k.startswith("ticdc.") and k not in RESERVED_METADATA}
+
+
+def from_record(record: Record, store=None) -> Event:
+    """Map an OpenCDC record back to the event a codec encodes.
+
+    The table's column model comes from the schema the record references (see
+    ``cdcflow.connectors.ticdc.schema.table_of``); without one it is inferred
+    from the values (``schema.infer_table``, documented fallback).
+    """
+    md = record.metadata
+    control = md.get(META_CONTROL)
+    if control is None:
+        return _row_event(record, store)
+    if control == CONTROL_DDL:
+        return _ddl_event(record, store)
+    if control == CONTROL_RESOLVED:
+        return _resolved_event(record)
+    raise RecordError(f"unknown control record kind {control!r} (metadata {META_CONTROL})",
+                      position=record.position)
+
+
+def from_records(records, store=None) -> list[Event]:
+    return [from_record(r, store) for r in records]
+
+
+def _commit_ts(record: Record, key: str = META_COMMIT_TS) -> int:
+    md = record.metadata
+    text = md.get(key)
+    if text is not None:
+        try:
+            return int(text)
+        except ValueError:
+            raise RecordError(f"metadata {key}={text!r} is not an integer", position=record.position) from None
+    created = md.get(META_CREATED_AT)
+    if created is not None:  # a record from another source: build a TSO from its time
+        try:
+            return (int(created) // 1_000_000) << 18
+        except ValueError:
+            pass
+    raise RecordError(f"record has neither {key} nor {META_CREATED_AT} metadata", position=record.position)
+
+
+def _row_event(record: Record, store) -> RowChange:
+    op = record.operation
+    kind = _OP_KIND.get(op)
+    if kind is None:
+        raise RecordError(f"record operation {op.text} has no TiCDC row kind", position=record.position)
+    if kind == DELETE:
+        row, old = record.before, None
+        if row is None:
+            row = record.key
+    else:
+        row = record.after
+        old = record.before if kind == UPDATE else None
+    if row is not None and not isinstance(row, dict):
+        raise RecordError("TiCDC rows need structured data, got raw bytes", position=record.position)
+    if old is not None and not isinstance(old, dict):
+        raise RecordError("TiCDC old image needs structured data, got raw bytes", position=record.position)
+    table = _schema.table_of(record, store) if store is not None else None
+    if table is None:
+        table = _schema.infer_table(record, row, old)
+    return RowChange(table, kind, _commit_ts(record), row, old, _extra_of(record.metadata))
+
+
+def _ddl_event(record: Record, store) -> DDLEvent:
+    from .schema import table_of
+
+    after = record.after
+    if not isinstance(after, dict) or "query" not in after:
+        raise RecordError("DDL control record needs after = {query, type, schema, table, commitTs}",
+                          position=record.position)
+    md = record.metadata
+    schema = after.get("schema", md.get(META_SCHEMA, ""))
+    table_name = after.get("table", md.get(META_TABLE, ""))
+    commit_ts = after.get("commitTs")
+    if commit_ts is None:
+        commit_ts = _commit_ts(record)
+    table = table_of(record, store) if store is not None else None
+    return DDLEvent(schema, table_name, after["query"], int(commit_ts), after.get("type"), table,
+                    _extra_of(md))
+
+
+def _resolved_event(record: Record) -> ResolvedEvent:
+    after = record.after
+    if isinstance(after, dict) and "ts" in after:
+        ts = int(after["ts"])
+    else:
+        ts = _commit_ts(record, META_RESOLVED_TS)
+    return ResolvedEvent(ts, _extra_of(record.metadata))
+
+
+from . import schema as _schema  # noqa: E402  (schema imports this module's names)

@@ -1,0 +1,957 @@
+"""TiCDC's Avro protocol (Confluent framing), both directions, as pure functions.
+
+Schemas are built exactly as TiCDC builds them (see docs/codec-avro.md and the
+reference §1): record name = sanitized table, namespace ``default.<schema>``,
+column blocks with ``connect.parameters``, nullable unions in both orders,
+decimal logical type, ``_tidb_*`` extension fields. Messages are ``0x00`` +
+4-byte big-endian schema id + Avro body; a DELETE is key + tombstone (None).
+
+The registry is passed in: any object with ``register(subject, schema_text) -> id``
+and ``schema_by_id(id) -> text`` (``StoreRegistry`` adapts ``cdcflow.schemas.SchemaStore``).
+Per table the encoder precomputes schemas and per-column converters once; per
+schema id the decoder parses the schema and rebuilds the column model once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import io
+import json
+import struct
+from typing import Any, Callable, Iterable
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.validation import validate as _fastavro_validate
+
+from cdcflow.errors import ConfigError, SchemaError
+from cdcflow.record import Record
+from cdcflow.tidb import (
+    BINARY_TYPES,
+    Column,
+    TableSchema,
+    format_date,
+    format_datetime,
+    format_decimal,
+    format_time,
+    parse_date,
+    parse_datetime,
+    parse_time,
+)
+
+from .errors import MalformedMessage, UnknownSchema, UnrepresentableValue, UnsupportedEvent
+from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, from_record, to_record
+from .schema import sanitize_name
+
+CODEC = "avro"
+MAGIC = 0x00
+DDL_BYTE = 0x01
+CHECKPOINT_BYTE = 0x02
+NAMESPACE = "default"  # TiCDC's changefeed namespace
+OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD = "_tidb_op", "_tidb_commit_ts", "_tidb_commit_physical_time"
+CHECKSUM_FIELD, CORRUPTED_FIELD, CHECKSUM_VERSION_FIELD = (
+    "_tidb_row_level_checksum", "_tidb_corrupted", "_tidb_checksum_version")
+NAME_PROP = "cdcflow.name"  # original column name, only when sanitizing changed it
+TABLE_PROP = "cdcflow.table"  # original schema/table names, only when sanitizing changed them
+EXTRA_CHECKSUM = "ticdc.row-checksum"
+EXTRA_CORRUPTED = "ticdc.corrupted"
+EXTRA_CHECKSUM_VERSION = "ticdc.checksum-version"
+
+_HEADER = struct.Struct(">bI")
+_U64 = struct.Struct(">Q")
+_F32 = struct.Struct("<f")
+_2_63, _2_64 = 1 << 63, 1 << 64
+_INT_RANGES = {
+    "TINYINT": ((-(1 << 7), (1 << 7) - 1), (0, (1 << 8) - 1)),
+    "SMALLINT": ((-(1 << 15), (1 << 15) - 1), (0, (1 << 16) - 1)),
+    "MEDIUMINT": ((-(1 << 23), (1 << 23) - 1), (0, (1 << 24) - 1)),
+    "INT": ((-(1 << 31), (1 << 31) - 1), (0, (1 << 32) - 1)),
+    "BIGINT": ((-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)),
+}
+_EXACT = decimal.Context(prec=200, Emax=999_999, Emin=-999_999)
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclasses.dataclass(frozen=True)
+class AvroOptions:
+    """TiCDC's Avro settings (same names in connector settings and sink URIs)."""
+
+    enable_tidb_extension: bool = False
+    decimal_handling_mode: str = "precise"  # precise | string
+    bigint_unsigned_handling_mode: str = "long"  # long | string
+    enable_watermark: bool = False  # avro-enable-watermark: DDL/checkpoint messages (needs the extension)
+
+    def __post_init__(self) -> None:
+        if self.decimal_handling_mode not in ("precise", "string"):
+            raise ConfigError(CODEC, "avro-decimal-handling-mode", "one of precise|string",
+                              f"invalid value {self.decimal_handling_mode!r}")
+        if self.bigint_unsigned_handling_mode not in ("long", "string"):
+            raise ConfigError(CODEC, "avro-bigint-unsigned-handling-mode", "one of long|string",
+                              f"invalid value {self.bigint_unsigned_handling_mode!r}")
+
+    @classmethod
+    def from_config(cls, config: dict[str, str] | None) -> "AvroOptions":
+        """From TiCDC-named settings; unknown keys are ignored (they belong to the sink)."""
+        config = config or {}
+
+        def flag(name: str) -> bool:
+            v = str(config.get(name, "false")).strip().lower()
+            if v not in ("true", "false"):
+                raise ConfigError(CODEC, name, "true|false", f"invalid value {config[name]!r}")
+            return v == "true"
+
+        return cls(
+            enable_tidb_extension=flag("enable-tidb-extension"),
+            decimal_handling_mode=str(config.get("avro-decimal-handling-mode", "precise")).lower(),
+            bigint_unsigned_handling_mode=str(config.get("avro-bigint-unsigned-handling-mode", "long")).lower(),
+            enable_watermark=flag("avro-enable-watermark"),
+        )
+
+
+# --------------------------------------------------------------------------- registry
+
+
+class StoreRegistry:
+    """Adapts ``cdcflow.schemas.SchemaStore`` to the registry interface the codec uses."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def register(self, subject: str, schema_text: str) -> int:
+        return self.store.register(subject, schema_text).id
+
+    def schema_by_id(self, schema_id: int) -> str:
+        return self.store.by_id(schema_id)[1]
+
+
+def topic_subject(topic: str, key: bool) -> str:
+    """TopicNameStrategy subject, ``.`` in the topic replaced by ``_`` as TiCDC does."""
+    return topic.replace(".", "_") + ("-key" if key else "-value")
+
+
+# --------------------------------------------------------------------------- schema building
+
+def _tidb_type(col: Column) -> str:
+    t = col.type
+    if t in ("TINYINT", "SMALLINT", "MEDIUMINT", "INT"):
+        return "INT UNSIGNED" if col.unsigned else "INT"
+    if t == "BIGINT":
+        return "BIGINT UNSIGNED" if col.unsigned else "BIGINT"
+    if t in BINARY_TYPES or col.binary and t not in ("BIT", "ENUM", "SET", "JSON"):
+        return "BLOB"
+    if t in ("CHAR", "VARCHAR", "TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT"):
+        return "TEXT"
+    return t  # FLOAT DOUBLE BIT DECIMAL ENUM SET JSON DATE DATETIME TIMESTAMP TIME YEAR
+
+
+def _escape_element(e: str) -> str:
+    return e.replace(",", "\\,")
+
+
+def _split_allowed(text: str) -> tuple[str, ...]:
+    """Inverse of TiCDC's ``allowed`` join: split at commas not escaped as ``\\,``."""
+    if text == "":
+        return ("",)
+    out, cur, i = [], [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] == ",":
+            cur.append(",")
+            i += 2
+            continue
+        if ch == ",":
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    out.append("".join(cur))
+    return tuple(out)
+
+
+def _column_type(col: Column, opts: AvroOptions) -> tuple[dict, bool]:
+    """TiCDC's column type block, and whether it is a logical (decimal) type."""
+    tt = _tidb_type(col)
+    t = col.type
+    if t in ("TINYINT", "SMALLINT", "MEDIUMINT"):
+        return {"type": "int", "connect.parameters": {"tidb_type": tt}}, False
+    if t == "INT":
+        return {"type": "long" if col.unsigned else "int", "connect.parameters": {"tidb_type": tt}}, False
+    if t == "BIGINT":
+        string = col.unsigned and opts.bigint_unsigned_handling_mode == "string"
+        return {"type": "string" if string else "long", "connect.parameters": {"tidb_type": tt}}, False
+    if t == "FLOAT":
+        return {"type": "float", "connect.parameters": {"tidb_type": tt}}, False
+    if t == "DOUBLE":
+        return {"type": "double", "connect.parameters": {"tidb_type": tt}}, False
+    if t == "BIT":
+        length = col.length if col.length is not None else 1  # MySQL's default BIT width
+        return {"type": "bytes", "connect.parameters": {"tidb_type": tt, "length": str(length)}}, False
+    if t == "DECIMAL":
+        if opts.decimal_handling_mode == "precise" and col.scale is not None:
+            precision = col.precision if col.precision is not None else 10  # MySQL default DECIMAL(10,0)
+            return {"type": "bytes", "connect.parameters": {"tidb_type": tt}, "logicalType": "decimal",
+                    "precision": precision, "scale": col.scale}, True
+        # string mode, or scale unknown (documented fallback): the text keeps every value exact
+        return {"type": "string", "connect.parameters": {"tidb_type": tt}}, False
+    if t in ("ENUM", "SET"):
+        allowed = ",".join(_escape_element(e) for e in col.elements)
+        return {"type": "string", "connect.parameters": {"tidb_type": tt, "allowed": allowed}}, False
+    if tt == "BLOB":
+        return {"type": "bytes", "connect.parameters": {"tidb_type": tt}}, False
+    if t == "YEAR":
+        return {"type": "int", "connect.parameters": {"tidb_type": tt}}, False
+    # TEXT family, JSON, DATE, DATETIME, TIMESTAMP, TIME
+    return {"type": "string", "connect.parameters": {"tidb_type": tt}}, False
+
+
+def _field_block(col: Column, fname: str, opts: AvroOptions, table: TableSchema) -> dict:
+    avro_t, logical = _column_type(col, opts)
+    field: dict[str, Any] = {}
+    if logical:  # no defaults for logical types (as TiCDC: goavro cannot hold them)
+        if col.nullable:
+            field["default"] = None
+            field["name"] = fname
+            field["type"] = ["null", avro_t]
+        else:
+            field["name"] = fname
+            field["type"] = avro_t
+    else:
+        default = None
+        if col.has_default and col.default is not None:
+            default = _default_datum(col, opts, table, avro_t["type"])
+        if col.nullable:
+            field["default"] = default
+            field["name"] = fname
+            field["type"] = ["null", avro_t] if default is None else [avro_t, "null"]
+        else:
+            if default is not None:
+                field["default"] = default
+            field["name"] = fname
+            field["type"] = avro_t
+    if fname != col.name:
+        field[NAME_PROP] = col.name
+    return field
+
+
+def _default_datum(col: Column, opts: AvroOptions, table: TableSchema, avro_type: str) -> Any:
+    """A column default as the JSON value Avro expects (bytes as ISO-8859-1 text)."""
+    conv = _encoder_for(col, opts, table.collection)
+    value = col.default
+    if isinstance(value, str) and col.type not in ("CHAR", "VARCHAR", "TINYTEXT", "TEXT", "MEDIUMTEXT",
+                                                   "LONGTEXT", "ENUM", "SET", "JSON"):
+        value = _native_from_text(col, value)  # TiDB keeps many defaults as text ('0', '2020-01-01')
+    datum = conv(value) if conv is not None else value
+    if isinstance(datum, bytes):
+        return datum.decode("latin-1")
+    if avro_type in ("float", "double") and isinstance(datum, int):
+        return float(datum)
+    return datum
+
+
+def _native_from_text(col: Column, text: str) -> Any:
+    t = col.type
+    try:
+        if t in _INT_RANGES or t in ("YEAR", "BIT"):
+            return int(text, 0) if t == "BIT" else int(text)
+        if t in ("FLOAT", "DOUBLE"):
+            return float(text)
+        if t == "DECIMAL":
+            return decimal.Decimal(text)
+        if t == "DATE":
+            return parse_date(text)
+        if t in ("DATETIME", "TIMESTAMP"):
+            return parse_datetime(text)
+        if t == "TIME":
+            return parse_time(text)
+        if t in BINARY_TYPES:
+            return text.encode("latin-1")
+    except ValueError:
+        pass
+    return text
+
+
+def _go_json(obj: Any) -> str:
+    """Compact JSON as Go's encoding/json writes it (``<``, ``>``, ``&``, U+2028/9 escaped)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _unique_field_names(columns: Iterable[Column], table: TableSchema) -> list[str]:
+    names, seen = [], set()
+    for col in columns:
+        n = sanitize_name(col.name)
+        if n in seen or n.startswith("_tidb_") and n in (OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD):
+            raise UnrepresentableValue(CODEC, table.collection, col.name, col.name,
+                                       f"column name sanitizes to {n!r}, which another field already uses")
+        seen.add(n)
+        names.append(n)
+    return names
+
+
+def build_schema(table: TableSchema, opts: AvroOptions, key: bool) -> dict | None:
+    """The key (handle-key columns) or value (all columns) schema TiCDC registers for ``table``.
+    None for a key schema of a table without handle key (TiCDC then sends a null key)."""
+    columns = table.handle_key if key else table.columns
+    if not columns:
+        return None
+    names = _unique_field_names(columns, table)
+    fields = [_field_block(c, n, opts, table) for c, n in zip(columns, names)]
+    if opts.enable_tidb_extension and not key:
+        fields += [
+            {"default": "", "name": OP_FIELD, "type": "string"},
+            {"default": 0, "name": COMMIT_TS_FIELD, "type": "long"},
+            {"default": 0, "name": PHYSICAL_TIME_FIELD, "type": "long"},
+        ]
+    schema: dict[str, Any] = {
+        "type": "record",
+        "name": sanitize_name(table.table),
+        "namespace": NAMESPACE + "." + sanitize_name(table.schema),
+        "fields": fields,
+    }
+    if sanitize_name(table.table) != table.table or sanitize_name(table.schema) != table.schema:
+        schema[TABLE_PROP] = {"schema": table.schema, "table": table.table}
+    return schema
+
+
+def schema_text(schema: dict) -> str:
+    return _go_json(schema)
+
+
+# --------------------------------------------------------------------------- value converters (encode)
+
+Conv = Callable[[Any], Any]
+
+
+def _bad(table: str, col: Column, value: Any, why: str) -> UnrepresentableValue:
+    return UnrepresentableValue(CODEC, table, col.name, value, why)
+
+
+def _encoder_for(col: Column, opts: AvroOptions, table: str) -> Conv | None:
+    """Native value -> Avro datum for one column; None when the value goes through as is.
+
+    Every converter checks what Avro would otherwise change silently (range,
+    float32 precision, decimal scale, fractional seconds beyond fsp)."""
+    t = col.type
+    if t in _INT_RANGES:
+        lo, hi = _INT_RANGES[t][1 if col.unsigned else 0]
+        if t == "BIGINT" and col.unsigned:
+            if opts.bigint_unsigned_handling_mode == "string":
+                def conv(v: Any) -> Any:
+                    if type(v) is not int or not 0 <= v < _2_64:
+                        raise _bad(table, col, v, "not a BIGINT UNSIGNED value")
+                    return str(v)
+                return conv
+
+            def conv(v: Any) -> Any:  # long mode wraps above 2^63-1, as TiCDC does
+                if type(v) is not int or not 0 <= v < _2_64:
+                    raise _bad(table, col, v, "not a BIGINT UNSIGNED value")
+                return v - _2_64 if v >= _2_63 else v
+            return conv
+
+        def conv(v: Any) -> Any:
+            if type(v) is not int or not lo <= v <= hi:
+                raise _bad(table, col, v, f"not a {t}{' UNSIGNED' if col.unsigned else ''} value")
+            return v
+        return conv
+    if t == "YEAR":
+        def conv(v: Any) -> Any:
+            if type(v) is not int or not 0 <= v <= 2155:
+                raise _bad(table, col, v, "not a YEAR value")
+            return v
+        return conv
+    if t == "FLOAT":
+        pack, unpack = _F32.pack, _F32.unpack
+
+        def conv(v: Any) -> Any:
+            if type(v) is not float:
+                raise _bad(table, col, v, "FLOAT needs a float")
+            try:
+                if unpack(pack(v))[0] == v or v != v:
+                    return v
+            except OverflowError:
+                pass
+            raise _bad(table, col, v, "value is not exact in a 32-bit FLOAT")
+        return conv
+    if t == "DOUBLE":
+        def conv(v: Any) -> Any:
+            if type(v) is not float:
+                raise _bad(table, col, v, "DOUBLE needs a float")
+            return v
+        return conv
+    if t == "BIT":
+        width = col.length if col.length is not None else 64
+        top = 1 << width
+
+        def conv(v: Any) -> Any:
+            if type(v) is not int or not 0 <= v < top:
+                raise _bad(table, col, v, f"not a BIT({width}) value")
+            return v.to_bytes((v.bit_length() + 7) // 8 or 1, "big")
+        return conv
+    if t == "DECIMAL":
+        if opts.decimal_handling_mode == "precise" and col.scale is not None:
+            return _decimal_bytes_conv(col, table)
+
+        def conv(v: Any) -> Any:
+            if type(v) is not decimal.Decimal or not v.is_finite():
+                raise _bad(table, col, v, "DECIMAL needs a finite Decimal")
+            return format_decimal(v)
+        return conv
+    if t == "ENUM" and col.elements:
+        members = frozenset(col.elements)
+
+        def conv(v: Any) -> Any:
+            if v not in members and v != "":
+                raise _bad(table, col, v, "not a member of the ENUM")
+            return v
+        return conv
+    if t == "DATE":
+        def conv(v: Any) -> Any:
+            if type(v) is not datetime.date:
+                raise _bad(table, col, v, "DATE needs a datetime.date")
+            return format_date(v)
+        return conv
+    if t in ("DATETIME", "TIMESTAMP"):
+        fsp = col.fsp
+        step = 10 ** (6 - fsp) if fsp is not None else 1
+
+        def conv(v: Any) -> Any:
+            if type(v) is not datetime.datetime or v.tzinfo is not None:
+                raise _bad(table, col, v, f"{t} needs a naive datetime.datetime")
+            if v.microsecond % step:
+                raise _bad(table, col, v, f"fraction finer than the column's fsp {fsp}")
+            return format_datetime(v, fsp)
+        return conv
+    if t == "TIME":
+        fsp = col.fsp
+        step = 10 ** (6 - fsp) if fsp is not None else 1
+
+        def conv(v: Any) -> Any:
+            if type(v) is not datetime.timedelta:
+                raise _bad(table, col, v, "TIME needs a datetime.timedelta")
+            if v.microseconds % step:
+                raise _bad(table, col, v, f"fraction finer than the column's fsp {fsp}")
+            return format_time(v, fsp)
+        return conv
+    return None  # strings, bytes, JSON text, SET: fastavro checks their type
+
+
+def _decimal_bytes_conv(col: Column, table: str) -> Conv:
+    """Decimal -> unscaled big-endian two's complement, shortest form (as TiCDC writes)."""
+    scale = col.scale or 0
+    precision = col.precision if col.precision is not None else 10
+    limit = 10 ** precision
+    scaleb = decimal.Decimal.scaleb
+
+    def conv(v: Any) -> Any:
+        if type(v) is not decimal.Decimal or not v.is_finite():
+            raise _bad(table, col, v, "DECIMAL needs a finite Decimal")
+        q = scaleb(v, scale, _EXACT)
+        n = int(q)
+        if n != q:
+            raise _bad(table, col, v, f"more fractional digits than DECIMAL({precision},{scale}) holds")
+        if not -limit < n < limit:
+            raise _bad(table, col, v, f"does not fit DECIMAL({precision},{scale})")
+        if n >= 0:
+            return n.to_bytes(n.bit_length() // 8 + 1, "big", signed=True)
+        return n.to_bytes((~n).bit_length() // 8 + 1, "big", signed=True)
+    return conv
+
+
+def _raiser(table: str, col: Column) -> Callable[[Any, str], None]:
+    def fail(v: Any, why: str) -> None:
+        raise _bad(table, col, v, why)
+    return fail
+
+
+def _compile_row_converter(columns, fnames, opts: AvroOptions, table: str) -> Callable[[dict], dict]:
+    """One generated function per table: native row -> Avro datum, with every
+    column's check inlined (no per-column call for ints, doubles, enums)."""
+    env: dict[str, Any] = {"_int": int, "_float": float}
+    lines = ["def convert(row):"]
+    items = []
+    for i, (col, fname) in enumerate(zip(columns, fnames)):
+        env[f"_bad{i}"] = _raiser(table, col)
+        lines.append(f"    v = row[{col.name!r}]")
+        lines.append("    if v is not None:")
+        t = col.type
+        if t in _INT_RANGES and not (t == "BIGINT" and col.unsigned) or t == "YEAR":
+            lo, hi = (0, 2155) if t == "YEAR" else _INT_RANGES[t][1 if col.unsigned else 0]
+            lines.append(f"        if type(v) is not _int or not {lo} <= v <= {hi}: _bad{i}(v, 'not a {t} value')")
+        elif t == "DOUBLE":
+            lines.append(f"        if type(v) is not _float: _bad{i}(v, 'DOUBLE needs a float')")
+        else:
+            conv = _encoder_for(col, opts, table)
+            if conv is not None:
+                env[f"_conv{i}"] = conv
+                lines.append(f"        v = _conv{i}(v)")
+            else:
+                lines.append("        pass")
+        lines.append(f"    d{i} = v")
+        items.append(f"{fname!r}: d{i}")
+    lines.append("    return {" + ", ".join(items) + "}")
+    exec(compile("\n".join(lines), f"<avro converter {table}>", "exec"), env)  # noqa: S102 - generated from column facts
+    return env["convert"]
+
+
+# --------------------------------------------------------------------------- encoder
+
+
+@dataclasses.dataclass
+class _EncodePlan:
+    value_schema: Any  # parsed
+    key_schema: Any | None
+    value_id: int
+    key_id: int | None
+    names: frozenset  # column names a row must have
+    key_names: tuple[str, ...]
+    convert: Callable[[dict], dict]  # row -> value datum (generated per table)
+    convert_key: Callable[[dict], dict] | None
+    value_fields: dict  # avro field name -> field schema (error diagnosis)
+    key_fields: dict
+
+
+class AvroEncoder:
+    """Events -> Confluent-framed Avro messages, one ``(key, value)`` per event.
+
+    A DELETE gives ``(key, None)``; DDL and resolved events give ``None`` (no
+    message, as TiCDC) unless ``enable_watermark`` and the extension are on,
+    then ``(None, 0x01+JSON)`` / ``(None, 0x02+ts)``.
+    """
+
+    def __init__(self, options: AvroOptions | None, registry):
+        self.options = options or AvroOptions()
+        self.registry = registry
+        self._plans: dict[tuple[str, int], tuple[TableSchema, _EncodePlan]] = {}
+        self._plans_by_value: dict[tuple[str, TableSchema], _EncodePlan] = {}
+
+    # -- plans ---------------------------------------------------------------
+    def _plan(self, table: TableSchema, topic: str) -> _EncodePlan:
+        hit = self._plans.get((topic, id(table)))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        plan = self._plans_by_value.get((topic, table))
+        if plan is None:
+            plan = self._build_plan(table, topic)
+            self._plans_by_value[(topic, table)] = plan
+        if len(self._plans) > 10_000:
+            self._plans.clear()
+        self._plans[(topic, id(table))] = (table, plan)
+        return plan
+
+    def _build_plan(self, table: TableSchema, topic: str) -> _EncodePlan:
+        opts = self.options
+        vschema = build_schema(table, opts, key=False)
+        if vschema is None:
+            raise UnsupportedEvent(CODEC, table.collection, "a table without columns has no Avro schema")
+        kschema = build_schema(table, opts, key=True)
+        value_id = self._register(topic_subject(topic, False), schema_text(vschema))
+        key_id = self._register(topic_subject(topic, True), schema_text(kschema)) if kschema else None
+
+        try:
+            parsed_v = parse_schema(vschema)
+            parsed_k = parse_schema(kschema) if kschema else None
+        except Exception as e:  # noqa: BLE001 - a schema fastavro rejects is our bug or a bad default
+            raise UnsupportedEvent(CODEC, table.collection, f"schema rejected by Avro: {e}") from None
+        return _EncodePlan(
+            parsed_v, parsed_k, value_id, key_id,
+            frozenset(c.name for c in table.columns), tuple(c.name for c in table.handle_key),
+            _compile_row_converter(table.columns, _unique_field_names(table.columns, table), opts, table.collection),
+            _compile_row_converter(table.handle_key, _unique_field_names(table.handle_key, table), opts,
+                                   table.collection) if kschema else None,
+            {f["name"]: f for f in vschema["fields"]}, {f["name"]: f for f in kschema["fields"]} if kschema else {},
+        )
+
+    def _register(self, subject: str, text: str) -> int:
+        try:
+            return int(self.registry.register(subject, text))
+        except SchemaError as e:
+            raise UnsupportedEvent(CODEC, subject, f"registry refused the schema: {e}") from None
+
+    # -- encoding ------------------------------------------------------------
+    def encode(self, events: Iterable[Event], topic: str) -> list[tuple[bytes | None, bytes | None] | None]:
+        out: list = []
+        append = out.append
+        for ev in events:
+            if type(ev) is RowChange:
+                append(self._encode_row(ev, topic))
+            else:
+                append(self._encode_control(ev))
+        return out
+
+    def encode_one(self, event: Event, topic: str) -> tuple[bytes | None, bytes | None] | None:
+        return self.encode((event,), topic)[0]
+
+    def encode_records(self, records: Iterable[Record], topic: str, store=None) -> list:
+        """OpenCDC records -> messages (the column model from each record's schema)."""
+        return self.encode([from_record(r, store) for r in records], topic)
+
+    def _encode_row(self, ev: RowChange, topic: str) -> tuple[bytes | None, bytes | None]:
+        table = ev.table
+        plan = self._plan(table, topic)
+        row = ev.row
+        coll = table.collection
+        if row is None:
+            raise UnsupportedEvent(CODEC, coll, "row change without a row")
+        if plan.key_schema is None and ev.kind == DELETE:
+            raise UnsupportedEvent(CODEC, coll, "a DELETE needs a handle key: Avro sends only the key")
+        key_bytes = None
+        if plan.key_schema is not None:
+            try:
+                key_datum = plan.convert_key(row)
+            except KeyError as e:
+                raise UnrepresentableValue(CODEC, coll, e.args[0], None, "handle-key column missing from the row")
+            key_bytes = self._write(plan.key_schema, plan.key_id, key_datum, plan.key_fields, coll)
+        if ev.kind == DELETE:
+            return key_bytes, None
+        if row.keys() != plan.names:
+            missing = sorted(plan.names - row.keys())
+            extra = sorted(row.keys() - plan.names)
+            name = (missing or extra)[0]
+            raise UnrepresentableValue(CODEC, coll, name, row.get(name),
+                                       f"row does not match the table's columns (missing {missing}, extra {extra})")
+        datum = plan.convert(row)
+        if self.options.enable_tidb_extension:
+            datum[OP_FIELD] = "c" if ev.kind == INSERT else "u"
+            ts = ev.commit_ts
+            datum[COMMIT_TS_FIELD] = ts - _2_64 if ts >= _2_63 else ts
+            datum[PHYSICAL_TIME_FIELD] = ts >> 18
+        return key_bytes, self._write(plan.value_schema, plan.value_id, datum, plan.value_fields, coll)
+
+    @staticmethod
+    def _write(schema: Any, schema_id: int, datum: dict, fields: dict, coll: str) -> bytes:
+        buf = io.BytesIO()
+        buf.write(_HEADER.pack(MAGIC, schema_id))
+        try:
+            schemaless_writer(buf, schema, datum)
+        except Exception as e:  # noqa: BLE001 - find the column and say so
+            raise _diagnose(datum, fields, coll, e) from None
+        return buf.getvalue()
+
+    def _encode_control(self, ev: Event) -> tuple[None, bytes] | None:
+        opts = self.options
+        if not (opts.enable_watermark and opts.enable_tidb_extension):
+            return None
+        if type(ev) is ResolvedEvent:
+            return None, bytes([CHECKPOINT_BYTE]) + _U64.pack(ev.ts)
+        if type(ev) is DDLEvent:
+            body = {"query": ev.query, "type": ev.ddl_type if ev.ddl_type is not None else 0,
+                    "schema": ev.schema, "table": ev.table_name, "commitTs": ev.commit_ts}
+            return None, bytes([DDL_BYTE]) + _go_json(body).encode()
+        raise TypeError(f"not a TiCDC event: {type(ev).__name__}")
+
+
+def _diagnose(datum: dict, fields: dict, coll: str, error: Exception) -> UnrepresentableValue:
+    for name, field in fields.items():
+        value = datum.get(name)
+        try:
+            ok = _fastavro_validate(value, parse_schema(field["type"]) if not isinstance(field["type"], str)
+                                    else field["type"], raise_errors=False)
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            return UnrepresentableValue(CODEC, coll, field.get(NAME_PROP, name), value,
+                                        f"value does not fit the Avro type {json.dumps(field['type'])}")
+    return UnrepresentableValue(CODEC, coll, "?", None, f"Avro writer failed: {error}")
+
+
+# --------------------------------------------------------------------------- decoder
+
+
+def _tidb_column(field: dict, key_names: frozenset) -> tuple[Column, Callable[[Any], Any] | None]:
+    """Column model and Avro-datum -> native converter for one TiCDC field."""
+    name = field.get(NAME_PROP, field["name"])
+    ftype = field["type"]
+    nullable = False
+    first_null = True
+    if isinstance(ftype, list):
+        branches = [b for b in ftype if b != "null"]
+        nullable = len(branches) < len(ftype)
+        first_null = ftype[0] == "null"
+        if len(branches) != 1:
+            raise ValueError(f"field {name!r}: unions other than [null, T] are not TiCDC columns")
+        ftype = branches[0]
+    block = ftype if isinstance(ftype, dict) else {"type": ftype}
+    avro = block["type"]
+    params = block.get("connect.parameters") or {}
+    tt = params.get("tidb_type") or _fallback_tidb_type(block)
+    handle = name in key_names
+    kw: dict[str, Any] = {"nullable": nullable, "handle_key": handle, "primary_key": handle}
+    conv: Callable[[Any], Any] | None = None
+    if tt in ("INT", "INT UNSIGNED"):
+        unsigned = tt == "INT UNSIGNED"
+        col = Column(name, "INT" if avro == "long" or not unsigned else "MEDIUMINT", unsigned=unsigned, **kw)
+    elif tt in ("BIGINT", "BIGINT UNSIGNED"):
+        unsigned = tt == "BIGINT UNSIGNED"
+        col = Column(name, "BIGINT", unsigned=unsigned, **kw)
+        if unsigned:
+            conv = _int_text if avro == "string" else _unwrap_u64
+    elif tt in ("FLOAT", "DOUBLE"):
+        col = Column(name, tt, **kw)
+        if avro in ("int", "long"):
+            conv = float
+    elif tt == "BIT":
+        col = Column(name, "BIT", length=int(params.get("length", 64)), unsigned=True, **kw)
+        conv = _bits_to_int
+    elif tt == "DECIMAL":
+        if block.get("logicalType") == "decimal":
+            col = Column(name, "DECIMAL", precision=int(block["precision"]), scale=int(block.get("scale", 0)), **kw)
+        else:
+            col = Column(name, "DECIMAL", **kw)
+            conv = _decimal_text
+    elif tt in ("ENUM", "SET"):
+        allowed = params.get("allowed")
+        col = Column(name, tt, elements=_split_allowed(allowed) if allowed is not None else (), **kw)
+    elif tt == "BLOB":
+        col = Column(name, "LONGBLOB", binary=True, **kw)
+    elif tt == "TEXT":
+        col = Column(name, "LONGTEXT", **kw)
+    elif tt in ("JSON", "YEAR"):
+        col = Column(name, tt, **kw)
+    elif tt == "DATE":
+        col, conv = Column(name, tt, **kw), parse_date
+    elif tt in ("DATETIME", "TIMESTAMP"):
+        col, conv = Column(name, tt, **kw), parse_datetime
+    elif tt == "TIME":
+        col, conv = Column(name, tt, **kw), parse_time
+    else:
+        raise ValueError(f"field {name!r}: unknown tidb_type {tt!r}")
+    if "default" in field and not (nullable and first_null):
+        d = field["default"]
+        if d is not None:
+            if isinstance(d, str) and avro == "bytes":
+                d = d.encode("latin-1")
+            if conv is not None:
+                d = conv(d)
+            elif isinstance(d, (int, float)) and avro in ("float", "double"):
+                d = float(d)
+        col = dataclasses.replace(col, default=d, has_default=True)
+    return col, conv
+
+
+def _fallback_tidb_type(block: dict) -> str:
+    """For Avro fields without ``connect.parameters`` (not written by TiCDC)."""
+    if block.get("logicalType") == "decimal":
+        return "DECIMAL"
+    return {"int": "INT", "long": "BIGINT", "float": "FLOAT", "double": "DOUBLE", "string": "TEXT",
+            "bytes": "BLOB", "boolean": "INT"}.get(block["type"], "?")
+
+
+def _unwrap_u64(v: int) -> int:
+    return v + _2_64 if v < 0 else v
+
+
+def _int_text(v: str) -> int:
+    n = int(v)
+    if not 0 <= n < _2_64:
+        raise ValueError(f"{v!r} is not a BIGINT UNSIGNED value")
+    return n
+
+
+def _bits_to_int(v: bytes) -> int:
+    return int.from_bytes(v, "big")
+
+
+def _decimal_text(v: str) -> decimal.Decimal:
+    d = decimal.Decimal(v)
+    if not d.is_finite():
+        raise ValueError(f"{v!r} is not a DECIMAL value")
+    return d
+
+
+@dataclasses.dataclass
+class _DecodePlan:
+    schema: Any  # parsed
+    table: TableSchema
+    convs: list[tuple[str, str, Callable[[Any], Any] | None]]  # (avro name, column name, conv)
+    renames: bool
+    extension: bool
+    extra_fields: tuple[str, ...]  # _tidb_* fields beyond the three (checksums)
+
+
+class AvroDecoder:
+    """Confluent-framed TiCDC Avro messages -> events.
+
+    ``decode(key, value)``: key + value -> INSERT/UPDATE (``_tidb_op``; without
+    the extension every row is an INSERT), key + None -> DELETE of that key,
+    None + ``0x01``/``0x02`` message -> DDL / resolved event. Without the
+    extension a message carries no commit ts: ``commit_ts`` (e.g. the Kafka
+    message time as a TSO) is used, else 0.
+    """
+
+    def __init__(self, options: AvroOptions | None, registry):
+        self.options = options or AvroOptions()
+        self.registry = registry
+        self._parsed: dict[int, tuple[dict, Any]] = {}
+        self._plans: dict[tuple[int | None, int], _DecodePlan] = {}
+
+    def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None) -> Event:
+        if value is None or len(value) == 0:
+            if key is None:
+                raise MalformedMessage(CODEC, None, "message has neither key nor value")
+            kid, kbody = self._frame(key, "key")
+            plan = self._plan(None, kid, "key")
+            row = self._read(plan, kbody, "key", 5)
+            return RowChange(plan.table, DELETE, commit_ts or 0, row)
+        first = value[0]
+        if key is None and first == DDL_BYTE:
+            return self._ddl(value)
+        if key is None and first == CHECKPOINT_BYTE:
+            if len(value) != 9:
+                raise MalformedMessage(CODEC, f"value byte {len(value)}",
+                                       f"checkpoint message needs 9 bytes, got {len(value)}")
+            return ResolvedEvent(_U64.unpack_from(value, 1)[0])
+        vid, vbody = self._frame(value, "value")
+        kid = None
+        if key is not None:
+            kid = self._frame(key, "key")[0]
+        plan = self._plan(kid, vid, "value")
+        row = self._read(plan, vbody, "value", 5)
+        kind, ts, extra = INSERT, commit_ts or 0, None
+        if plan.extension:
+            op = row.pop(OP_FIELD)
+            t = row.pop(COMMIT_TS_FIELD)
+            row.pop(PHYSICAL_TIME_FIELD)
+            if op == "u":
+                kind = UPDATE
+            elif op != "c":
+                raise MalformedMessage(CODEC, f"value field {OP_FIELD}", f"unknown operation {op!r}")
+            ts = t + _2_64 if t < 0 else t
+            if plan.extra_fields:
+                extra = {}
+                for f in plan.extra_fields:
+                    v = row.pop(f)
+                    extra[_EXTRA_KEYS.get(f, "ticdc." + f.lstrip("_"))] = str(v).lower() if isinstance(v, bool) \
+                        else str(v)
+        ev = RowChange(plan.table, kind, ts, row)
+        if extra:
+            ev.extra = extra
+        return ev
+
+    def decode_many(self, messages: Iterable[tuple[bytes | None, bytes | None]]) -> list[Event]:
+        decode = self.decode
+        return [decode(k, v) for k, v in messages]
+
+    def decode_records(self, messages, positions, store=None) -> list[Record]:
+        """Messages -> OpenCDC records (the column model registered in ``store``)."""
+        decode = self.decode
+        return [to_record(decode(k, v), p, store) for (k, v), p in zip(messages, positions)]
+
+    # -- framing and schemas ---------------------------------------------------
+    @staticmethod
+    def _frame(data: bytes, part: str) -> tuple[int, memoryview]:
+        if len(data) < 5:
+            raise MalformedMessage(CODEC, f"{part} byte {len(data)}",
+                                   f"Confluent Avro needs at least 5 bytes, got {len(data)}")
+        magic, schema_id = _HEADER.unpack_from(data)
+        if magic != MAGIC:
+            raise MalformedMessage(CODEC, f"{part} byte 0", f"magic byte is {data[0]:#04x}, expected 0x00")
+        return schema_id, memoryview(data)[5:]
+
+    def _schema(self, schema_id: int, part: str) -> tuple[dict, Any]:
+        hit = self._parsed.get(schema_id)
+        if hit is not None:
+            return hit
+        try:
+            text = self.registry.schema_by_id(schema_id)
+        except (SchemaError, KeyError, LookupError) as e:
+            raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not in the registry: {e}",
+                                schema_id=schema_id) from None
+        try:
+            raw = json.loads(text)
+            parsed = parse_schema(raw)
+        except Exception as e:  # noqa: BLE001
+            raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not a valid Avro schema: {e}",
+                                schema_id=schema_id) from None
+        if not isinstance(raw, dict) or raw.get("type") != "record":
+            raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not an Avro record",
+                                schema_id=schema_id)
+        self._parsed[schema_id] = (raw, parsed)
+        return raw, parsed
+
+    def _plan(self, key_id: int | None, schema_id: int, part: str) -> _DecodePlan:
+        plan = self._plans.get((key_id, schema_id))
+        if plan is not None:
+            return plan
+        raw, parsed = self._schema(schema_id, part)
+        if key_id is not None:
+            kraw = self._schema(key_id, "key")[0]
+            key_names = frozenset(f.get(NAME_PROP, f["name"]) for f in kraw["fields"])
+        elif part == "key":
+            key_names = frozenset(f.get(NAME_PROP, f["name"]) for f in raw["fields"])
+        else:
+            key_names = frozenset()
+        cols, convs, renames, extension, extra_fields = [], [], False, False, []
+        for f in raw["fields"]:
+            fname = f["name"]
+            if fname == OP_FIELD:
+                extension = True
+            if extension:
+                if fname not in (OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD):
+                    extra_fields.append(fname)
+                continue
+            try:
+                col, conv = _tidb_column(f, key_names)
+            except (ValueError, KeyError, TypeError) as e:
+                raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not a TiCDC schema: {e}",
+                                    schema_id=schema_id) from None
+            cols.append(col)
+            if conv is not None or col.name != fname:
+                convs.append((fname, col.name, conv))
+                renames = renames or col.name != fname
+        if extension and not {COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD} <= {f["name"] for f in raw["fields"]}:
+            raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} has {OP_FIELD} but not "
+                                f"{COMMIT_TS_FIELD}/{PHYSICAL_TIME_FIELD}", schema_id=schema_id)
+        names = raw.get(TABLE_PROP) or {}
+        namespace = raw.get("namespace") or ""
+        schema_name = names.get("schema") or (namespace.split(".", 1)[1] if "." in namespace else namespace)
+        table = TableSchema(schema_name, names.get("table") or raw["name"], tuple(cols))
+        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields))
+        self._plans[(key_id, schema_id)] = plan
+        return plan
+
+    @staticmethod
+    def _read(plan: _DecodePlan, body: memoryview, part: str, offset: int) -> dict:
+        buf = io.BytesIO(body)
+        try:
+            row = schemaless_reader(buf, plan.schema, None)
+        except Exception as e:  # noqa: BLE001 - truncated or not matching its schema
+            raise MalformedMessage(CODEC, f"{part} byte {offset + buf.tell()}",
+                                   f"body does not match schema ({type(e).__name__}: {e})") from None
+        if buf.tell() != len(body):
+            raise MalformedMessage(CODEC, f"{part} byte {offset + buf.tell()}",
+                                   f"{len(body) - buf.tell()} bytes left after the Avro body")
+        if plan.convs:
+            name = None
+            try:
+                for name, col_name, conv in plan.convs:
+                    v = row.pop(name) if plan.renames and name != col_name else row[name]
+                    if v is not None and conv is not None:
+                        v = conv(v)
+                    row[col_name] = v
+            except (ValueError, TypeError, OverflowError) as e:
+                raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
+            if plan.renames:  # restore table column order
+                row = {c.name: row[c.name] for c in plan.table.columns} | {
+                    k: v for k, v in row.items() if k.startswith("_tidb_")}
+        return row
+
+    def _ddl(self, value: bytes) -> DDLEvent:
+        try:
+            body = json.loads(bytes(value[1:]))
+            return DDLEvent(body["schema"], body["table"], body["query"], int(body["commitTs"]),
+                            int(body["type"]) if body.get("type") is not None else None)
+        except (ValueError, KeyError, TypeError) as e:
+            raise MalformedMessage(CODEC, "value byte 1", f"bad DDL message: {e}") from None
+
+
+_EXTRA_KEYS = {CHECKSUM_FIELD: EXTRA_CHECKSUM, CORRUPTED_FIELD: EXTRA_CORRUPTED,
+               CHECKSUM_VERSION_FIELD: EXTRA_CHECKSUM_VERSION}
+
+__all__ = [
+    "AvroDecoder", "AvroEncoder", "AvroOptions", "StoreRegistry", "build_schema", "schema_text", "topic_subject",
+]
