@@ -1,0 +1,1 @@
+"""Kafka source and destination speaking TiCDC protocols."""

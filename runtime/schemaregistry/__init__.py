@@ -1,0 +1,1 @@
+"""Confluent-compatible schema registry: REST face of the schema store, and its client."""
