@@ -1,0 +1,62 @@
+"""``python -m cdcflow.standalone.serve --plugin REF``: serve a registered plugin standalone.
+
+This is what an exported launcher runs. ``REF`` names an in-process (builtin)
+plugin of the registry; a bare ``NAME[@VERSION]`` means ``builtin:NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import CdcflowError
+from . import handshake as hs
+from .spec import CONNECTOR, TRANSFORM
+
+
+def resolve(ref: str, kind: str | None = None):
+    """The registry entry to serve (builtin only: a standalone one is already a plugin)."""
+    from ..registry import load_registry
+
+    if ":" not in ref:
+        ref = f"builtin:{ref}"
+    if not ref.startswith("builtin:"):
+        raise CdcflowError(f"only builtin plugins can be served standalone, not {ref!r}")
+    # only builtin plugins are wanted: keep the registry from specifying the
+    # executables of $CDCFLOW_PLUGINS_DIR (it reads the variable when no dir is given)
+    saved = os.environ.pop("CDCFLOW_PLUGINS_DIR", None)
+    try:
+        registry = load_registry(plugins_dir=None)
+    finally:
+        if saved is not None:
+            os.environ["CDCFLOW_PLUGINS_DIR"] = saved
+    if kind == TRANSFORM:
+        return registry.transform(ref)
+    if kind == CONNECTOR:
+        return registry.connector(ref)
+    return registry.find(ref)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cdcflow.standalone.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--plugin", required=True, help="plugin reference, e.g. builtin:file@v0.1.0")
+    parser.add_argument("--kind", choices=(CONNECTOR, TRANSFORM), help="connector or transform (default: either)")
+    args = parser.parse_args(argv)
+    try:
+        hs.check_cookie(os.environ)  # before loading any plugin code
+    except hs.PluginEnvError as e:
+        print(str(e), file=sys.stderr, flush=True)
+        return 1
+    try:
+        info = resolve(args.plugin, args.kind)
+    except CdcflowError as e:
+        print(f"cannot serve {args.plugin}: {e}", file=sys.stderr, flush=True)
+        return 1
+    from .server import serve
+
+    return serve(info)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Records/s through a destination in-process vs the same destination as a standalone plugin.
+
+The destination is the builtin ``file`` connector (JSON form, one write + fsync
+per batch). Records are ~1 KB: a raw payload, and a structured row of ten
+fields. Batches are what the runtime hands a destination (default 10 000).
+
+    .venv/bin/python tests/benchmarks/bench_standalone.py [--records N] [--batch N] [--network tcp|unix]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from cdcflow.record import Operation, Record
+from cdcflow.registry import load_registry
+from cdcflow.standalone.export import export_launcher
+from cdcflow.standalone.host import HostOptions, StandaloneDestination
+
+
+def raw_records(n: int) -> list[Record]:
+    body = bytes(range(256)) * 4
+    return [Record(position=i.to_bytes(8, "big"), operation=Operation.CREATE,
+                   metadata={"opencdc.collection": "bench.raw"}, key=str(i).encode(), after=body) for i in range(n)]
+
+
+def structured_records(n: int) -> list[Record]:
+    out = []
+    for i in range(n):
+        row = {"id": i, "name": f"name-{i:08d}", "email": f"user{i}@example.com", "score": i * 0.5,
+               "active": bool(i & 1), "count": i * 7, "note": "x" * 700, "city": "Amsterdam", "zip": "1011AB",
+               "tags": "a,b,c,d"}
+        out.append(Record(position=i.to_bytes(8, "big"), operation=Operation.CREATE,
+                          metadata={"opencdc.collection": "bench.rows"}, key={"id": i}, after=row))
+    return out
+
+
+def run(dest, records: list[Record], batch: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(0, len(records), batch):
+        res = dest.write(records[i:i + batch])
+        assert res is None, res
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--network", choices=("tcp", "unix"), default="tcp")
+    args = ap.parse_args()
+    info = load_registry().connector("builtin:file")
+    with tempfile.TemporaryDirectory() as tmp:
+        launcher = export_launcher("builtin:file", Path(tmp) / "plugins")
+        print(f"{'payload':<12}{'mode':<14}{'records/s':>12}{'MB/s':>9}{'ratio':>8}")
+        for label, make in (("raw 1KB", raw_records), ("structured", structured_records)):
+            records = make(args.records)
+            volume = sum(len(r.after) if isinstance(r.after, bytes) else 1024 for r in records) / 1e6
+            results = {}
+            for mode in ("in-process", "standalone"):
+                path = Path(tmp) / f"{label.replace(' ', '_')}-{mode}.jsonl"
+                if mode == "in-process":
+                    dest = info.new_destination()
+                else:
+                    dest = StandaloneDestination(
+                        launcher, options=HostOptions(extra_env={"CDCFLOW_PLUGIN_NETWORK": args.network}))
+                dest.configure(info.validate("destination", {"path": str(path)}))
+                dest.open()
+                run(dest, records[: args.batch], args.batch)  # warm-up: schemas, connections
+                elapsed = run(dest, records, args.batch)
+                dest.stop(records[-1].position)
+                dest.teardown()
+                results[mode] = len(records) / elapsed
+                ratio = results[mode] / results["in-process"]
+                print(f"{label:<12}{mode:<14}{results[mode]:>12,.0f}{volume / elapsed:>9.1f}{ratio:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""cdcflow connectors exported with ``export_launcher`` under a client built from the peer SDK's stubs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdcflow.standalone.export import export_launcher
+
+from standalone_helpers import HERE
+
+
+def _peer_client(launcher: Path, side: str, config: dict, count: int) -> dict:
+    proc = subprocess.run([sys.executable, str(HERE / "peer_client.py"), str(launcher), side, json.dumps(config),
+                           str(count)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_exported_launcher_refuses_without_cookie(tmp_path: Path) -> None:
+    launcher = export_launcher("generator", tmp_path / "out")
+    assert launcher.name == "generator" and os.access(launcher, os.X_OK)
+    text = launcher.read_text()
+    assert text.startswith("#!/bin/sh") and sys.executable in text and "builtin:generator@" in text
+    env = {k: v for k, v in os.environ.items() if k != "CONDUIT_PLUGIN_MAGIC_COOKIE"}
+    proc = subprocess.run([str(launcher)], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "CONDUIT_PLUGIN_MAGIC_COOKIE" in proc.stderr
+
+
+def test_generator_source_under_peer_client(tmp_path: Path) -> None:
+    launcher = export_launcher("builtin:generator", tmp_path / "out")
+    out = _peer_client(launcher, "source", {"recordCount": "30", "format.type": "structured",
+                                                     "format.options.id": "int", "format.options.name": "string"}, 12)
+    assert out["spec"]["name"] == "generator" and "recordCount" in out["spec"]["source_params"]
+    assert out["handshake"].startswith("1|2|tcp|127.0.0.1:")
+    port = int(out["handshake"].split("|")[3].rsplit(":", 1)[1])
+    assert 20000 <= port <= 20500
+    assert out["steps"] == ["Specify", "Configure", "LifecycleOnCreated", "Open", "Run", "Stop", "RunEnded",
+                            "Teardown", "Shutdown"]
+    assert len(out["positions"]) >= 12 and len(set(out["positions"])) == len(out["positions"])
+    assert out["positions"][-1] == out["last_position"]
+    assert out["metadata"]["opencdc.payload.schema.subject"]  # structured data travels as Avro + schema ref
+    assert out["exit_code"] == 0
+
+
+def test_file_destination_under_peer_client(tmp_path: Path) -> None:
+    launcher = export_launcher("file", tmp_path / "out")
+    target = tmp_path / "records.jsonl"
+    out = _peer_client(launcher, "destination", {"path": str(target)}, 20)
+    assert out["spec"]["name"] == "file" and out["spec"]["destination_params"] == ["path"]
+    assert out["steps"] == ["Specify", "Configure", "Open", "Run", "Stop", "Teardown", "Shutdown"]
+    assert out["acks"] == [{"position": f"pos-{i}", "error": ""} for i in range(20)]
+    lines = [json.loads(x) for x in target.read_text().splitlines()]
+    assert len(lines) == 20
+    assert lines[1]["payload"]["after"] == {"id": 1, "name": "row 1"}
+    assert out["exit_code"] == 0
+
+
+def test_bad_settings_rejected_with_invalid_argument(tmp_path: Path) -> None:
+    launcher = export_launcher("generator", tmp_path / "out")
+    proc = subprocess.run([sys.executable, str(HERE / "peer_client.py"), str(launcher), "source",
+                           json.dumps({"recordCount": "-5"}), "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "INVALID_ARGUMENT" in proc.stderr and "recordCount" in proc.stderr and "greater-than" in proc.stderr
