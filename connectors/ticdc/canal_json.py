@@ -1,0 +1,946 @@
+"""TiCDC's canal-json protocol, both directions, as pure functions over bytes.
+
+One message is one JSON object: a DML row, a DDL statement or (with the TiDB
+extension) a ``TIDB_WATERMARK``. Every column value is a JSON string in TiDB's
+text form (see ``docs/codec-canal-json.md``); this module turns those strings
+into the native values of ``cdcflow.tidb`` and back.
+
+Hot paths: the column model and per-column converters are built once per table
+(and cached), a message then costs one ``orjson`` call plus one converter call
+per non-NULL value.
+
+The text forms shared with the CSV codec (DECIMAL, dates and times, floats)
+live here as ``*_text`` / ``parse_*`` functions so there is one implementation.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cdcflow.connectors.ticdc.errors import (
+    CodecError,
+    MalformedMessage,
+    UnrepresentableValue,
+    UnsupportedEvent,
+)
+from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange
+from cdcflow.errors import ConfigError
+from cdcflow.tidb import BINARY_TYPES, INTEGER_TYPES, TEXT_TYPES, Column, TableSchema
+
+CODEC = "canal-json"
+
+# ``extra`` keys (they become ``ticdc.*`` record metadata) for messages that do
+# not carry the full row: a connector fetches the row by handle key or from
+# the claim-check storage.
+META_ONLY_HANDLE_KEY = "ticdc.only-handle-key"
+META_CLAIM_CHECK_LOCATION = "ticdc.claim-check-location"
+META_CANAL_TYPE = "ticdc.canal.type"
+"""Canal event type of a DDL whose TiDB action code the message cannot tell."""
+
+WATERMARK = "TIDB_WATERMARK"
+DML_TYPES = {"INSERT": INSERT, "UPDATE": UPDATE, "DELETE": DELETE}
+_KIND_TYPE = {v: k for k, v in DML_TYPES.items()}
+DDL_TYPES = frozenset({"CREATE", "RENAME", "CINDEX", "DINDEX", "ALTER", "ERASE", "TRUNCATE", "QUERY"})
+
+# TiDB DDL action code -> canal event type (TiCDC's mapping; anything else is QUERY).
+_ACTION_CANAL = {3: "CREATE", 14: "RENAME", 47: "RENAME", 7: "CINDEX", 9: "CINDEX", 32: "CINDEX",
+                 8: "DINDEX", 10: "DINDEX", 33: "DINDEX", 4: "ERASE", 11: "TRUNCATE"}
+_ACTION_CANAL.update({code: "ALTER" for code in (5, 6, 12, 13, 15, 17, 18, 19, 20, 22, 23, 37, 38, 41,
+                                                  61, 64, 71, 72)})
+# The reverse is only defined where one action code maps to the canal type.
+_CANAL_ACTION = {"CREATE": 3, "ERASE": 4, "TRUNCATE": 11}
+
+# java.sql.Types codes TiCDC writes in ``sqlType``.
+_SQL_TYPE = {"TINYINT": -6, "SMALLINT": 5, "MEDIUMINT": 4, "INT": 4, "BIGINT": -5, "FLOAT": 7, "DOUBLE": 8,
+             "DECIMAL": 3, "CHAR": 1, "VARCHAR": 12, "DATE": 91, "TIME": 92, "DATETIME": 93,
+             "TIMESTAMP": 93, "YEAR": 12, "JSON": 12, "ENUM": 4, "SET": -7, "BIT": -7}
+_SQL_TYPE.update({t: 2004 for t in BINARY_TYPES})
+_SQL_TYPE.update({t: 2005 for t in ("TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT")})
+# Unsigned values above the signed maximum get the next wider code.
+_UNSIGNED_PROMOTION = {"TINYINT": (2**7 - 1, 5), "SMALLINT": (2**15 - 1, 4), "INT": (2**31 - 1, -5),
+                       "BIGINT": (2**63 - 1, 3)}
+# Fallback type when a column has a ``sqlType`` but no ``mysqlType`` entry.
+_SQL_CODE_TYPE = {-6: "TINYINT", 5: "SMALLINT", 4: "INT", -5: "BIGINT", 7: "FLOAT", 8: "DOUBLE",
+                  3: "DECIMAL", 1: "CHAR", 12: "VARCHAR", 91: "DATE", 92: "TIME", 93: "DATETIME",
+                  -7: "BIT", 2004: "BLOB", 2005: "TEXT"}
+# Display widths TiDB shows for integer types without an explicit one (signed, unsigned).
+_INT_WIDTH = {"TINYINT": (4, 3), "SMALLINT": (6, 5), "MEDIUMINT": (9, 8), "INT": (11, 10), "BIGINT": (20, 20)}
+_MYSQL_BASE_TYPES = INTEGER_TYPES | TEXT_TYPES | BINARY_TYPES | {
+    "FLOAT", "DOUBLE", "DECIMAL", "DATE", "DATETIME", "TIMESTAMP", "TIME", "YEAR", "BIT", "ENUM", "SET", "JSON"}
+_MYSQL_ALIASES = {"INTEGER": "INT", "BOOL": "TINYINT", "BOOLEAN": "TINYINT", "NUMERIC": "DECIMAL",
+                  "REAL": "DOUBLE", "DOUBLE PRECISION": "DOUBLE"}
+
+
+# --------------------------------------------------------------------------- options
+
+def _bool_option(plugin: str, name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0", ""):
+        return False
+    raise ConfigError(plugin, name, "bool", f"expected true or false, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CanalJsonOptions:
+    """Encoder options, named as in TiCDC's sink URI / ``[sink]`` config."""
+
+    enable_tidb_extension: bool = False
+    content_compatible: bool = False
+    only_output_updated_columns: bool = False
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], plugin: str = CODEC) -> "CanalJsonOptions":
+        """Build from TiCDC option names (``enable-tidb-extension`` ...); unknown names are ignored
+        so one connector config can carry other settings."""
+        return cls(
+            enable_tidb_extension=_bool_option(plugin, "enable-tidb-extension",
+                                               config.get("enable-tidb-extension", False)),
+            content_compatible=_bool_option(plugin, "content-compatible", config.get("content-compatible", False)),
+            only_output_updated_columns=_bool_option(plugin, "only-output-updated-columns",
+                                                     config.get("only-output-updated-columns", False)),
+        )
+
+    @property
+    def old_changed_only(self) -> bool:
+        """``old`` holds only changed columns (TiCDC's option, or official Canal's shape)."""
+        return self.only_output_updated_columns or self.content_compatible
+
+
+# --------------------------------------------------------------------------- TiDB text forms
+# Shared with the CSV codec: TiDB writes these the same way in both formats.
+
+_DEC_CTX = decimal.Context(prec=200)  # DECIMAL(65,30) needs more than the default 28 digits
+_EXP_CACHE: dict[int, decimal.Decimal] = {}
+
+
+class _ValueProblem(ValueError):
+    """Internal: a value does not fit its column; the caller adds table/column context."""
+
+
+def decimal_text(value: Any, scale: int | None = None) -> str:
+    """DECIMAL in plain notation with the column's scale (``2333.654300``)."""
+    if type(value) is not decimal.Decimal:
+        raise _ValueProblem("DECIMAL needs a decimal.Decimal")
+    if not value.is_finite():
+        raise _ValueProblem("DECIMAL cannot be NaN or infinite")
+    if scale is not None and value.as_tuple().exponent != -scale:
+        exp = _EXP_CACHE.get(scale)
+        if exp is None:
+            exp = _EXP_CACHE[scale] = decimal.Decimal(1).scaleb(-scale)
+        quantized = value.quantize(exp, context=_DEC_CTX)
+        if quantized != value:
+            raise _ValueProblem(f"has more fractional digits than the column's scale {scale}")
+        value = quantized
+    return format(value, "f")
+
+
+def float_text(value: Any) -> str:
+    """Shortest round-trip digits without exponent (Go's ``FormatFloat(v, 'f', -1, 64)``).
+
+    FLOAT columns are written with float64 digits too, so a float32 value read
+    back is the same float (TiCDC's float32 digits would not round-trip here).
+    """
+    if type(value) is not float:
+        raise _ValueProblem("FLOAT/DOUBLE needs a float")
+    text = repr(value)
+    if "e" in text or "n" in text:
+        if not math.isfinite(value):
+            raise _ValueProblem("MySQL floats cannot be NaN or infinite")
+        return format(decimal.Decimal(text), "f")
+    return text[:-2] if text.endswith(".0") else text
+
+
+def go_float_text(value: Any) -> str:
+    """Go's ``%v`` for a float64, as TiCDC's CSV writes floats: shortest round-trip digits, in
+    exponent form (``1e+06``, ``1.5e-05``) when the decimal exponent is < -4 or >= 6."""
+    if type(value) is not float:
+        raise _ValueProblem("FLOAT/DOUBLE needs a float")
+    if not math.isfinite(value):
+        raise _ValueProblem("MySQL floats cannot be NaN or infinite")
+    text = repr(value)
+    a = abs(value)
+    if "e" not in text and (a == 0.0 or 1e-4 <= a < 1e6):
+        return text[:-2] if text.endswith(".0") else text
+    sign, digits, exp = decimal.Decimal(text).as_tuple()
+    digits = list(digits)
+    while len(digits) > 1 and digits[-1] == 0:
+        digits.pop()
+        exp += 1
+    x = len(digits) - 1 + exp  # decimal exponent of the leading digit
+    if -4 <= x < 6:
+        return format(decimal.Decimal((sign, tuple(digits), exp)), "f")
+    mant = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    return f"{'-' if sign else ''}{mant}e{'-' if x < 0 else '+'}{abs(x):02d}"
+
+
+def date_text(value: Any) -> str:
+    if type(value) is not datetime.date:
+        raise _ValueProblem("DATE needs a datetime.date")
+    return value.isoformat()
+
+
+def datetime_text(value: Any, fsp: int | None) -> str:
+    """``2020-02-20 02:20:20`` plus ``.ffffff`` cut to the column's fsp (None: as the value needs)."""
+    if type(value) is not datetime.datetime:
+        raise _ValueProblem("DATETIME/TIMESTAMP needs a datetime.datetime")
+    if value.tzinfo is not None:
+        raise _ValueProblem("DATETIME/TIMESTAMP values are naive (no time zone)")
+    text = value.isoformat(" ")
+    us = value.microsecond
+    if fsp is None:
+        return text
+    if fsp == 0:
+        if us:
+            raise _ValueProblem("has fractional seconds but the column's fsp is 0")
+        return text
+    if us and us % 10 ** (6 - fsp):
+        raise _ValueProblem(f"has more fractional digits than the column's fsp {fsp}")
+    return text[: 20 + fsp] if us else f"{text}.{'0' * fsp}"
+
+
+def time_text(value: Any, fsp: int | None) -> str:
+    """TIME as ``[-]HH:MM:SS[.fff]``; hours may exceed 24 (up to 838)."""
+    if type(value) is not datetime.timedelta:
+        raise _ValueProblem("TIME needs a datetime.timedelta")
+    total = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if total < 0 else ""
+    total = abs(total)
+    secs, us = divmod(total, 1_000_000)
+    mins, s = divmod(secs, 60)
+    h, m = divmod(mins, 60)
+    text = f"{sign}{h:02d}:{m:02d}:{s:02d}"
+    if fsp is None:
+        return f"{text}.{us:06d}" if us else text
+    if fsp == 0:
+        if us:
+            raise _ValueProblem("has fractional seconds but the column's fsp is 0")
+        return text
+    if us % 10 ** (6 - fsp):
+        raise _ValueProblem(f"has more fractional digits than the column's fsp {fsp}")
+    return f"{text}.{us:06d}"[: len(text) + 1 + fsp]
+
+
+def parse_date(text: str) -> datetime.date:
+    if len(text) != 10:
+        raise ValueError(f"not a DATE: {text!r}")
+    return datetime.date.fromisoformat(text)
+
+
+def parse_datetime(text: str) -> datetime.datetime:
+    n = len(text)
+    if not (n == 19 or 21 <= n <= 26) or text[10] != " " or (n > 19 and text[19] != "."):
+        raise ValueError(f"not a DATETIME 'YYYY-MM-DD HH:MM:SS[.ffffff]': {text!r}")
+    return datetime.datetime.fromisoformat(text)
+
+
+_TIME_RE = re.compile(r"(-?)(\d{2,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?")
+
+
+def parse_time(text: str) -> datetime.timedelta:
+    m = _TIME_RE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a TIME '[-]HH:MM:SS[.ffffff]': {text!r}")
+    sign, h, mi, s, frac = m.groups()
+    us = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
+    if us > 838 * 3_600_000_000 + 59 * 60_000_000 + 59_000_000:
+        raise ValueError(f"TIME out of range -838:59:59..838:59:59: {text!r}")
+    return datetime.timedelta(microseconds=-us if sign else us)
+
+
+def enum_index_text(col: Column) -> Callable[[Any], str]:
+    """ENUM name -> 1-based index text. Without known elements the value must already be the index
+    text (what this decoder yields for a default ``mysqlType``)."""
+    if not col.elements:
+        return _digits_passthrough("ENUM")
+    index = {name: str(i + 1) for i, name in enumerate(col.elements)}
+    index.setdefault("", "0")  # MySQL's error value
+
+    def conv(v: Any) -> str:
+        try:
+            return index[v]
+        except (KeyError, TypeError):
+            raise _ValueProblem(f"is not one of the ENUM elements {list(col.elements)}") from None
+    return conv
+
+
+def set_mask_text(col: Column) -> Callable[[Any], str]:
+    """SET comma-joined names -> bitmask text."""
+    if not col.elements:
+        return _digits_passthrough("SET")
+    bits = {name: 1 << i for i, name in enumerate(col.elements)}
+
+    def conv(v: Any) -> str:
+        if type(v) is not str:
+            raise _ValueProblem("SET needs a str of comma-joined names")
+        if not v:
+            return "0"
+        mask = 0
+        for name in v.split(","):
+            try:
+                mask |= bits[name]
+            except KeyError:
+                raise _ValueProblem(f"{name!r} is not one of the SET elements {list(col.elements)}") from None
+        return str(mask)
+    return conv
+
+
+def _digits_passthrough(kind: str) -> Callable[[Any], str]:
+    def conv(v: Any) -> str:
+        if type(v) is str and v.isdigit() and v.isascii():
+            return v
+        raise _ValueProblem(f"{kind} elements are unknown, so only an index/bitmask text can be written")
+    return conv
+
+
+def _int_text(v: Any) -> str:
+    if type(v) is not int:
+        raise _ValueProblem("needs an int")
+    return str(v)
+
+
+def _binary_text(v: Any) -> str:
+    if type(v) is not bytes:
+        raise _ValueProblem("binary column needs bytes")
+    return v.decode("latin-1")
+
+
+def _str_text(v: Any) -> str:
+    if type(v) is not str:
+        raise _ValueProblem("needs a str")
+    return v
+
+
+def _parse_enum(col: Column) -> Callable[[str], str] | None:
+    if not col.elements:
+        return None  # documented fallback: the index text stays as it is
+    names = ("",) + col.elements
+
+    def conv(text: str) -> str:
+        i = int(text)
+        if not 0 <= i < len(names):
+            raise ValueError(f"ENUM index {text} out of range 1..{len(col.elements)}")
+        return names[i]
+    return conv
+
+
+def _parse_set(col: Column) -> Callable[[str], str] | None:
+    if not col.elements:
+        return None
+    elements = col.elements
+    limit = 1 << len(elements)
+
+    def conv(text: str) -> str:
+        mask = int(text)
+        if not 0 <= mask < limit:
+            raise ValueError(f"SET bitmask {text} has bits beyond its {len(elements)} elements")
+        return ",".join(e for i, e in enumerate(elements) if mask >> i & 1)
+    return conv
+
+
+def _parse_binary(text: str) -> bytes:
+    return text.encode("latin-1")
+
+
+def value_parser(col: Column) -> Callable[[str], Any] | None:
+    """canal-json text -> native value for ``col``; None where the text is the value."""
+    t = col.type
+    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
+        return int
+    if t in ("FLOAT", "DOUBLE"):
+        return float
+    if t == "DECIMAL":
+        return decimal.Decimal
+    if t in BINARY_TYPES:
+        return _parse_binary
+    if t == "DATE":
+        return parse_date
+    if t in ("DATETIME", "TIMESTAMP"):
+        return parse_datetime
+    if t == "TIME":
+        return parse_time
+    if t == "ENUM":
+        return _parse_enum(col)
+    if t == "SET":
+        return _parse_set(col)
+    return None  # CHAR/VARCHAR/TEXT family, JSON
+
+
+def value_formatter(col: Column) -> Callable[[Any], str]:
+    """Native value -> canal-json text for ``col`` (raises ``_ValueProblem``)."""
+    t = col.type
+    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
+        return _int_text
+    if t in ("FLOAT", "DOUBLE"):
+        return float_text
+    if t == "DECIMAL":
+        scale = col.scale
+        return lambda v: decimal_text(v, scale)
+    if t in BINARY_TYPES:
+        return _binary_text
+    if t == "DATE":
+        return date_text
+    if t in ("DATETIME", "TIMESTAMP"):
+        fsp = col.fsp
+        return lambda v: datetime_text(v, fsp)
+    if t == "TIME":
+        fsp = col.fsp
+        return lambda v: time_text(v, fsp)
+    if t == "ENUM":
+        return enum_index_text(col)
+    if t == "SET":
+        return set_mask_text(col)
+    return _str_text
+
+
+# --------------------------------------------------------------------------- mysqlType <-> Column
+
+def _quote_element(e: str) -> str:
+    return "'" + e.replace("'", "''") + "'"
+
+
+def mysql_type(col: Column, full: bool) -> str:
+    """``mysqlType`` text: lowercase base type (``int unsigned``) or, with ``full``
+    (content-compatible), the column type with its parameters (``decimal(5,2)``)."""
+    t = col.type
+    base = t.lower()
+    unsigned = " unsigned" if col.unsigned and (t in INTEGER_TYPES or t in ("DECIMAL", "FLOAT", "DOUBLE")) else ""
+    if not full:
+        return base + unsigned
+    if t in INTEGER_TYPES:
+        width = col.length or _INT_WIDTH[t][1 if col.unsigned else 0]
+        return f"{base}({width}){unsigned}"
+    if t == "DECIMAL":
+        p = col.precision if col.precision is not None else 10
+        s = col.scale if col.scale is not None else 0
+        return f"decimal({p},{s}){unsigned}"
+    if t in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
+        n = col.length if col.length is not None else (1 if t in ("CHAR", "BINARY") else None)
+        return f"{base}({n})" if n is not None else base
+    if t == "BIT":
+        return f"bit({col.length or 1})"
+    if t in ("DATETIME", "TIMESTAMP", "TIME"):
+        return f"{base}({col.fsp})" if col.fsp else base
+    if t == "YEAR":
+        return "year(4)"
+    if t in ("ENUM", "SET"):
+        return f"{base}({','.join(_quote_element(e) for e in col.elements)})"
+    return base + unsigned
+
+
+def _split_params(text: str) -> list[str]:
+    """Split ``'a','b,c','it''s'`` or ``5,2`` at top-level commas, unquoting elements."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] == "'":
+            j, buf = i + 1, []
+            while True:
+                k = text.find("'", j)
+                if k < 0:
+                    raise ValueError("unterminated quoted element")
+                if text.startswith("''", k):
+                    buf.append(text[j:k + 1])
+                    j = k + 2
+                    continue
+                buf.append(text[j:k])
+                i = k + 1
+                break
+            out.append("".join(buf))
+        else:
+            k = text.find(",", i)
+            k = n if k < 0 else k
+            out.append(text[i:k].strip())
+            i = k
+        if i < n:
+            if text[i] != ",":
+                raise ValueError(f"unexpected {text[i]!r} in type parameters")
+            i += 1
+    return out
+
+
+def parse_mysql_type(name: str, text: str, primary: bool) -> Column:
+    """Column model from a ``mysqlType`` text (base or content-compatible full form)."""
+    raw = text.strip()
+    paren = raw.find("(")
+    if paren >= 0:
+        close = raw.rfind(")")
+        if close < paren:
+            raise ValueError(f"unbalanced parentheses in {text!r}")
+        base, params, tail = raw[:paren].strip(), raw[paren + 1:close], raw[close + 1:]
+    else:
+        base, params, tail = raw, None, ""
+    words = base.upper().split()
+    flags = tail.upper().split()
+    unsigned = False
+    while words and words[-1] in ("UNSIGNED", "ZEROFILL", "SIGNED"):
+        unsigned |= words.pop() == "UNSIGNED"
+    unsigned |= "UNSIGNED" in flags
+    t = " ".join(words)
+    t = _MYSQL_ALIASES.get(t, t)
+    if t not in _MYSQL_BASE_TYPES:
+        raise ValueError(f"unknown MySQL type {text!r}")
+    kw: dict[str, Any] = {}
+    if params is not None:
+        if t in ("ENUM", "SET"):
+            kw["elements"] = tuple(_split_params(params))
+        else:
+            nums = [int(p) for p in _split_params(params)]
+            if t == "DECIMAL":
+                kw["precision"] = nums[0]
+                kw["scale"] = nums[1] if len(nums) > 1 else 0
+            elif t in ("DATETIME", "TIMESTAMP", "TIME"):
+                kw["fsp"] = nums[0]
+            elif t != "YEAR" and nums:
+                kw["length"] = nums[0]
+    return Column(name, t, unsigned=unsigned, binary=t in BINARY_TYPES,
+                  primary_key=primary, handle_key=primary, nullable=not primary, **kw)
+
+
+# --------------------------------------------------------------------------- JSON writing
+
+_HTML_FIXES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
+               (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+_SHORT_ESCAPE_RE = re.compile(rb"\\(\\|b|f)")
+_SHORT_ESCAPE = {b"\\": b"\\\\", b"b": b"\\u0008", b"f": b"\\u000c"}
+
+
+def _dumps(obj: Any) -> bytes:
+    """orjson output rewritten to TiCDC's (Go) string escaping: ``<``, ``>``, ``&``, U+2028/9
+    and the control bytes orjson writes as ``\\b``/``\\f`` become ``\\u00xx`` (lowercase)."""
+    out = orjson.dumps(obj)
+    for raw, esc in _HTML_FIXES:
+        if raw in out:
+            out = out.replace(raw, esc)
+    if b"\\b" in out or b"\\f" in out:
+        out = _SHORT_ESCAPE_RE.sub(lambda m: _SHORT_ESCAPE[m.group(1)], out)
+    return out
+
+
+# --------------------------------------------------------------------------- encoder
+
+class _EncodePlan:
+    """Per-table state for encoding: column converters, mysqlType and sqlType objects."""
+
+    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names")
+
+    def __init__(self, table: TableSchema, full_types: bool):
+        self.table = table
+        self.columns = tuple((c.name, value_formatter(c)) for c in table.columns)
+        self.mysql = {c.name: mysql_type(c, full_types) for c in table.columns}
+        self.sql = {c.name: _SQL_TYPE[c.type] for c in table.columns}
+        self.promote = tuple((c.name, *_UNSIGNED_PROMOTION[c.type]) for c in table.columns
+                             if c.unsigned and c.type in _UNSIGNED_PROMOTION)
+        names = [c.name for c in table.columns if c.handle_key]
+        self.pk_names = names or None
+
+
+class CanalJsonEncoder:
+    """Events -> canal-json messages, as TiCDC writes them.
+
+    ``now_ms`` supplies the ``ts`` field (encode wall-clock ms); tests pass a fixed clock.
+    """
+
+    def __init__(self, options: CanalJsonOptions | None = None, now_ms: Callable[[], int] | None = None):
+        self.options = options or CanalJsonOptions()
+        self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
+        self._plans: dict[int, _EncodePlan] = {}
+
+    def encode(self, event: Event) -> bytes:
+        if type(event) is RowChange:
+            return self._encode_row(event, self._now_ms())
+        if type(event) is DDLEvent:
+            return self._encode_ddl(event)
+        if type(event) is ResolvedEvent:
+            return self._encode_watermark(event)
+        raise TypeError(f"not a TiCDC event: {type(event).__name__}")
+
+    def encode_many(self, events: Iterable[Event]) -> list[bytes]:
+        now = self._now_ms()
+        out = []
+        for ev in events:
+            out.append(self._encode_row(ev, now) if type(ev) is RowChange else self.encode(ev))
+        return out
+
+    # -- DML
+    def _plan(self, table: TableSchema) -> _EncodePlan:
+        plan = self._plans.get(id(table))
+        if plan is None or plan.table is not table:
+            if len(self._plans) > 1024:
+                self._plans.clear()
+            plan = self._plans[id(table)] = _EncodePlan(table, self.options.content_compatible)
+        return plan
+
+    def _encode_row(self, ev: RowChange, now: int) -> bytes:
+        plan = self._plan(ev.table)
+        kind_type = _KIND_TYPE.get(ev.kind)
+        if kind_type is None:
+            raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {ev.kind!r}")
+        row = ev.row
+        if row is None:
+            raise UnsupportedEvent(CODEC, None, f"{ev.table.collection}: a {ev.kind} row without values")
+        partial = len(row) != len(plan.columns)
+        data = self._texts(plan, row, partial, ev.table, "data")
+        old = None
+        if ev.kind == UPDATE and ev.old is not None:
+            old = self._texts(plan, ev.old, len(ev.old) != len(plan.columns), ev.table, "old")
+            if self.options.old_changed_only:
+                old = {k: v for k, v in old.items() if k not in data or data[k] != v}
+        if partial:
+            mysql = {k: v for k, v in plan.mysql.items() if k in row}
+            sql = {k: v for k, v in plan.sql.items() if k in row}
+        else:
+            mysql, sql = plan.mysql, plan.sql
+        for name, limit, code in plan.promote:
+            v = row.get(name)
+            if v is not None and type(v) is int and v > limit:
+                if sql is plan.sql:
+                    sql = dict(sql)
+                sql[name] = code
+        msg = {
+            "id": 0, "database": ev.table.schema, "table": ev.table.table, "pkNames": plan.pk_names,
+            "isDdl": False, "type": kind_type, "es": ev.commit_ts >> 18, "ts": now, "sql": "",
+            "sqlType": sql, "mysqlType": mysql, "old": [old] if old is not None else None, "data": [data],
+        }
+        if self.options.enable_tidb_extension:
+            msg["_tidb"] = self._tidb_dml(ev)
+        try:
+            return _dumps(msg)
+        except orjson.JSONEncodeError as e:
+            raise UnrepresentableValue(CODEC, ev.table.collection, "?", None, f"cannot write JSON: {e}") from None
+
+    def _tidb_dml(self, ev: RowChange) -> dict:
+        ext: dict[str, Any] = {"commitTs": ev.commit_ts}
+        if ev.extra:
+            if ev.extra.get(META_ONLY_HANDLE_KEY) == "true":
+                ext["onlyHandleKey"] = True
+            loc = ev.extra.get(META_CLAIM_CHECK_LOCATION)
+            if loc:
+                ext["claimCheckLocation"] = loc
+        return ext
+
+    @staticmethod
+    def _texts(plan: _EncodePlan, row: dict, partial: bool, table: TableSchema, where: str) -> dict:
+        out = {}
+        name = None
+        try:
+            if not partial:
+                for name, conv in plan.columns:
+                    v = row[name]
+                    out[name] = None if v is None else conv(v)
+            else:
+                for name, conv in plan.columns:
+                    if name in row:
+                        v = row[name]
+                        out[name] = None if v is None else conv(v)
+                unknown = row.keys() - out.keys()
+                if unknown:
+                    name = sorted(unknown)[0]
+                    raise _ValueProblem("is not a column of the table")
+        except _ValueProblem as e:
+            raise UnrepresentableValue(CODEC, table.collection, name, row.get(name), str(e),
+                                       position=f"{where}.{name}") from None
+        except KeyError:
+            raise UnrepresentableValue(CODEC, table.collection, name, None, "row has no value for the column",
+                                       position=f"{where}.{name}") from None
+        return out
+
+    # -- DDL and watermark
+    def _encode_ddl(self, ev: DDLEvent) -> bytes:
+        canal_type = _ACTION_CANAL.get(ev.ddl_type) if ev.ddl_type is not None else None
+        if canal_type is None:
+            canal_type = ev.extra.get(META_CANAL_TYPE) or "QUERY"
+            if canal_type not in DDL_TYPES:
+                raise UnsupportedEvent(CODEC, None, f"unknown canal DDL type {canal_type!r}")
+        msg = {
+            "id": 0, "database": ev.schema, "table": ev.table_name, "pkNames": None, "isDdl": True,
+            "type": canal_type, "es": ev.commit_ts >> 18, "ts": self._now_ms(), "sql": ev.query,
+            "sqlType": None, "mysqlType": None, "data": None, "old": None,
+        }
+        if self.options.enable_tidb_extension:
+            msg["_tidb"] = {"commitTs": ev.commit_ts}
+        return _dumps(msg)
+
+    def _encode_watermark(self, ev: ResolvedEvent) -> bytes:
+        if not self.options.enable_tidb_extension:
+            raise UnsupportedEvent(CODEC, None, "watermark messages need enable-tidb-extension=true")
+        msg = {
+            "id": 0, "database": "", "table": "", "pkNames": None, "isDdl": False, "type": WATERMARK,
+            "es": ev.ts >> 18, "ts": self._now_ms(), "sql": "", "sqlType": None, "mysqlType": None,
+            "data": None, "old": None, "_tidb": {"watermarkTs": ev.ts},
+        }
+        return _dumps(msg)
+
+
+# --------------------------------------------------------------------------- decoder
+
+class _DecodePlan:
+    __slots__ = ("table", "mysql", "pk", "columns")
+
+    def __init__(self, table: TableSchema, mysql: dict, pk: list | None):
+        self.table = table
+        self.mysql = mysql
+        self.pk = pk
+        self.columns = tuple((c.name, value_parser(c)) for c in table.columns)
+
+
+def _field(obj: dict, name: str, kind: type | tuple, nullable: bool = False) -> Any:
+    try:
+        v = obj[name]
+    except KeyError:
+        raise MalformedMessage(CODEC, name, f"not canal-json: field {name!r} is missing") from None
+    if v is None and nullable:
+        return None
+    if not isinstance(v, kind) or (kind is int and type(v) is bool):
+        want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise MalformedMessage(CODEC, name, f"field {name!r} must be {want}, got {type(v).__name__}")
+    return v
+
+
+class CanalJsonDecoder:
+    """canal-json messages -> events.
+
+    ``tables`` optionally maps ``schema.table`` to a known ``TableSchema`` (from a
+    schema file or registry); its columns then supply what a default ``mysqlType``
+    lacks (ENUM/SET elements, DECIMAL scale, fsp) when the column names match.
+    """
+
+    def __init__(self, tables: Mapping[str, TableSchema] | None = None):
+        self._known = tables or {}
+        self._plans: dict[tuple[str, str], _DecodePlan] = {}
+
+    def decode(self, message: bytes) -> Event:
+        try:
+            obj = orjson.loads(message)
+        except orjson.JSONDecodeError as e:
+            raise MalformedMessage(CODEC, e.pos, f"not JSON: {e.msg}") from None
+        if type(obj) is not dict:
+            raise MalformedMessage(CODEC, 0, f"not canal-json: a JSON {type(obj).__name__}, not an object")
+        return self._event(obj)
+
+    def decode_many(self, messages: Iterable[bytes]) -> list[Event]:
+        out = []
+        for i, m in enumerate(messages):
+            try:
+                out.append(self.decode(m))
+            except CodecError as e:
+                e.args = (f"message {i}: {e.args[0]}",)
+                raise
+        return out
+
+    def _event(self, obj: dict) -> Event:
+        typ = _field(obj, "type", str)
+        is_ddl = _field(obj, "isDdl", bool)
+        tidb = obj.get("_tidb")
+        if tidb is not None and type(tidb) is not dict:
+            raise MalformedMessage(CODEC, "_tidb", "field '_tidb' must be an object")
+        if typ == WATERMARK and not is_ddl:
+            ts = tidb.get("watermarkTs") if tidb else None
+            if type(ts) is not int:
+                raise MalformedMessage(CODEC, "_tidb.watermarkTs", "TIDB_WATERMARK without an integer watermarkTs")
+            return ResolvedEvent(ts)
+        schema = _field(obj, "database", str)
+        table = _field(obj, "table", str)
+        commit_ts = self._commit_ts(obj, tidb)
+        if is_ddl:
+            if typ not in DDL_TYPES:
+                raise MalformedMessage(CODEC, "type", f"unknown DDL type {typ!r}")
+            query = _field(obj, "sql", str)
+            action = _CANAL_ACTION.get(typ)
+            extra = {} if action is not None else {META_CANAL_TYPE: typ}
+            return DDLEvent(schema, table, query, commit_ts, action, None, extra)
+        kind = DML_TYPES.get(typ)
+        if kind is None:
+            raise MalformedMessage(CODEC, "type", f"unknown DML type {typ!r}")
+        return self._row(obj, schema, table, kind, commit_ts, tidb)
+
+    @staticmethod
+    def _commit_ts(obj: dict, tidb: dict | None) -> int:
+        if tidb is not None and "commitTs" in tidb:
+            ts = tidb["commitTs"]
+            if type(ts) is not int or ts < 0:
+                raise MalformedMessage(CODEC, "_tidb.commitTs", "commitTs must be a non-negative integer")
+            return ts
+        es = _field(obj, "es", int)  # no extension: only the physical ms is known
+        if es < 0:
+            raise MalformedMessage(CODEC, "es", "es must be non-negative")
+        return es << 18
+
+    def _row(self, obj: dict, schema: str, table: str, kind: str, commit_ts: int, tidb: dict | None) -> RowChange:
+        data = _field(obj, "data", list)
+        if len(data) != 1 or type(data[0]) is not dict:
+            raise MalformedMessage(CODEC, "data", f"data must hold exactly one row object, got {len(data)} items")
+        row_text = data[0]
+        mysql = _field(obj, "mysqlType", dict)
+        pk = _field(obj, "pkNames", list, nullable=True)
+        plan = self._plans.get((schema, table))
+        if plan is None or plan.mysql != mysql or plan.pk != pk:
+            plan = self._new_plan(obj, schema, table, row_text, mysql, pk)
+        row = self._values(plan, row_text, "data[0]")
+        extra: dict[str, str] = {}
+        only_key = False
+        if tidb:
+            if tidb.get("onlyHandleKey") is True:
+                extra[META_ONLY_HANDLE_KEY] = "true"
+                only_key = True
+            loc = tidb.get("claimCheckLocation")
+            if loc:
+                if type(loc) is not str:
+                    raise MalformedMessage(CODEC, "_tidb.claimCheckLocation", "must be a string")
+                extra[META_CLAIM_CHECK_LOCATION] = loc
+        old = None
+        old_list = obj.get("old")
+        if old_list is not None:
+            if type(old_list) is not list or len(old_list) != 1 or type(old_list[0]) is not dict:
+                raise MalformedMessage(CODEC, "old", "old must be null or hold exactly one row object")
+            if kind == UPDATE:  # TiCDC writes old only for updates; elsewhere it carries nothing
+                old = self._values(plan, old_list[0], "old[0]")
+                if len(old) < len(row) and not only_key:
+                    # only changed columns were written: the others equal the new image
+                    old = {name: (old[name] if name in old else row[name]) for name in row}
+        return RowChange(plan.table, kind, commit_ts, row, old, extra)
+
+    def _new_plan(self, obj: dict, schema: str, table: str, row_text: dict, mysql: dict,
+                  pk: list | None) -> _DecodePlan:
+        sql = obj.get("sqlType")
+        if sql is not None and type(sql) is not dict:
+            raise MalformedMessage(CODEC, "sqlType", "sqlType must be an object or null")
+        pk_set = set(pk or ())
+        for p in pk_set:
+            if type(p) is not str:
+                raise MalformedMessage(CODEC, "pkNames", "pkNames must hold column names")
+        known = self._known.get(f"{schema}.{table}")
+        known_cols = {c.name: c for c in known.columns} if known is not None else {}
+        names = list(row_text)
+        names += [n for n in mysql if n not in row_text]
+        cols = []
+        for name in names:
+            hint = known_cols.get(name)
+            text = mysql.get(name)
+            if text is None:
+                code = sql.get(name) if sql else None
+                if hint is not None:
+                    cols.append(hint)
+                    continue
+                if type(code) is not int or code not in _SQL_CODE_TYPE:
+                    raise MalformedMessage(CODEC, f"mysqlType.{name}", f"column {name!r} has no mysqlType")
+                cols.append(Column(name, _SQL_CODE_TYPE[code], primary_key=name in pk_set,
+                                   handle_key=name in pk_set, nullable=name not in pk_set))
+                continue
+            if type(text) is not str:
+                raise MalformedMessage(CODEC, f"mysqlType.{name}", "mysqlType values must be strings")
+            try:
+                col = parse_mysql_type(name, text, name in pk_set)
+            except ValueError as e:
+                raise MalformedMessage(CODEC, f"mysqlType.{name}", str(e)) from None
+            if sql is not None and name in sql and type(sql[name]) is not int:
+                raise MalformedMessage(CODEC, f"sqlType.{name}", "sqlType values must be integers")
+            if hint is not None and hint.type == col.type:
+                col = hint  # the known schema carries elements, scale, fsp, nullability
+            cols.append(col)
+        plan = _DecodePlan(TableSchema(schema, table, tuple(cols)), mysql, pk)
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        self._plans[(schema, table)] = plan
+        return plan
+
+    @staticmethod
+    def _values(plan: _DecodePlan, row_text: dict, where: str) -> dict:
+        out = {}
+        try:
+            if len(row_text) == len(plan.columns):
+                for name, conv in plan.columns:
+                    v = row_text[name]
+                    if v is not None:
+                        if type(v) is not str:
+                            raise TypeError
+                        if conv is not None:
+                            v = conv(v)
+                    out[name] = v
+            else:
+                for name, conv in plan.columns:
+                    if name in row_text:
+                        v = row_text[name]
+                        if v is not None:
+                            if type(v) is not str:
+                                raise TypeError
+                            if conv is not None:
+                                v = conv(v)
+                        out[name] = v
+                if len(out) != len(row_text):
+                    raise KeyError
+        except (ValueError, TypeError, KeyError, ArithmeticError, UnicodeError):
+            _raise_value_error(plan, row_text, where)
+        return out
+
+
+def _raise_value_error(plan: _DecodePlan, row_text: dict, where: str) -> None:
+    """Slow path: find the offending column and raise a typed error naming it."""
+    convs = dict(plan.columns)
+    for name, text in row_text.items():
+        if name not in convs:
+            raise MalformedMessage(CODEC, f"{where}.{name}", f"column {name!r} has no mysqlType")
+        if text is None:
+            continue
+        if type(text) is not str:
+            raise MalformedMessage(CODEC, f"{where}.{name}",
+                                   f"column values must be JSON strings or null, got {type(text).__name__}")
+        conv = convs[name]
+        if conv is None:
+            continue
+        try:
+            conv(text)
+        except (ValueError, TypeError, ArithmeticError, UnicodeError) as e:
+            col = plan.table.column(name)
+            detail = "code point above U+00FF in a binary column" if isinstance(e, UnicodeError) else str(e)
+            raise MalformedMessage(CODEC, f"{where}.{name}",
+                                   f"{plan.table.collection}.{name}: cannot read {text[:80]!r} as "
+                                   f"{col.type}: {detail}") from None
+    for name, _ in plan.columns:  # pragma: no cover - defensive
+        if name not in row_text:
+            raise MalformedMessage(CODEC, f"{where}.{name}", f"column {name!r} missing from the row")
+    raise MalformedMessage(CODEC, where, "row does not match its mysqlType")
+
+
+# --------------------------------------------------------------------------- claim check
+
+def decode_claim_check(file_bytes: bytes, decoder: CanalJsonDecoder | None = None) -> Event:
+    """Decode the file TiCDC's ``claim-check`` wrote: ``{"key": <base64>, "value": <base64>}``,
+    whose value is the full canal-json message."""
+    try:
+        obj = orjson.loads(file_bytes)
+    except orjson.JSONDecodeError as e:
+        raise MalformedMessage(CODEC, e.pos, f"claim-check file is not JSON: {e.msg}") from None
+    if type(obj) is not dict or type(obj.get("value")) is not str:
+        raise MalformedMessage(CODEC, "value", "claim-check file needs a base64 'value' string")
+    try:
+        value = base64.b64decode(obj["value"], validate=True)
+    except ValueError as e:
+        raise MalformedMessage(CODEC, "value", f"claim-check value is not base64: {e}") from None
+    return (decoder or CanalJsonDecoder()).decode(value)
+
+
+def encode(event: Event, options: CanalJsonOptions | None = None) -> bytes:
+    """One-off convenience; use ``CanalJsonEncoder`` on hot paths (it caches per table)."""
+    return CanalJsonEncoder(options).encode(event)
+
+
+def decode(message: bytes) -> Event:
+    """One-off convenience; use ``CanalJsonDecoder`` on hot paths (it caches per table)."""
+    return CanalJsonDecoder().decode(message)
+
+
+def decode_many(messages: Iterable[bytes]) -> list[Event]:
+    return CanalJsonDecoder().decode_many(messages)
