@@ -1,0 +1,1005 @@
+"""TiCDC open protocol: batch-framed JSON keys and values, both directions.
+
+Pure functions over bytes (no I/O). A Kafka key is the batch version (1) then
+repeated ``[8-byte big-endian length][key JSON]``; the value is repeated
+``[length][value JSON]``, the n-th value belonging to the n-th key. See
+``docs/codec-open-protocol.md`` for the wire shape and for what the format does
+not carry (decimal scale/precision, ENUM/SET elements, fsp, lengths, defaults).
+
+The decoder builds one ``TableSchema`` per distinct column signature and keeps
+per-column converters with it, so a batch of rows of one table costs one dict
+lookup per row plus one converter call per non-NULL value.
+"""
+
+from __future__ import annotations
+
+import binascii
+import datetime as _dt
+import re
+import struct
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Iterable, Mapping
+
+import orjson
+
+from cdcflow.errors import ConfigError
+from cdcflow.tidb import BINARY_TYPES, Column, TableSchema
+
+# TiDB's text forms of DECIMAL and temporal values have one implementation, shared
+# by the text codecs; open protocol writes the same text inside JSON strings.
+from .canal_json import (
+    date_text,
+    datetime_text,
+    decimal_text,
+    parse_date,
+    parse_datetime,
+    parse_time,
+    time_text,
+)
+from .errors import CodecError, MalformedMessage, UnrepresentableValue, UnsupportedEvent
+from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange
+
+CODEC = "open-protocol"
+BATCH_VERSION = 1
+
+# Message types (key "t").
+TYPE_ROW, TYPE_DDL, TYPE_RESOLVED = 1, 2, 3
+
+# Column flags ("f").
+FLAG_BINARY = 0x01
+FLAG_HANDLE_KEY = 0x02
+FLAG_GENERATED = 0x04
+FLAG_PRIMARY_KEY = 0x08
+FLAG_UNIQUE_KEY = 0x10
+FLAG_MULTIPLE_KEY = 0x20
+FLAG_NULLABLE = 0x40
+FLAG_UNSIGNED = 0x80
+
+# MySQL type codes ("t") <-> the column model's base type.
+TYPE_CODES: dict[str, int] = {
+    "TINYINT": 1, "SMALLINT": 2, "INT": 3, "FLOAT": 4, "DOUBLE": 5, "TIMESTAMP": 7,
+    "BIGINT": 8, "MEDIUMINT": 9, "DATE": 10, "TIME": 11, "DATETIME": 12, "YEAR": 13,
+    "VARCHAR": 15, "VARBINARY": 15, "BIT": 16, "JSON": 245, "DECIMAL": 246, "ENUM": 247,
+    "SET": 248, "TINYTEXT": 249, "TINYBLOB": 249, "MEDIUMTEXT": 250, "MEDIUMBLOB": 250,
+    "LONGTEXT": 251, "LONGBLOB": 251, "TEXT": 252, "BLOB": 252, "CHAR": 254, "BINARY": 254,
+}
+# Decoding: (text type, binary twin). 253 (var_string) is read as VARCHAR.
+_CODE_TYPES: dict[int, tuple[str, str]] = {
+    1: ("TINYINT", "TINYINT"), 2: ("SMALLINT", "SMALLINT"), 3: ("INT", "INT"),
+    4: ("FLOAT", "FLOAT"), 5: ("DOUBLE", "DOUBLE"), 7: ("TIMESTAMP", "TIMESTAMP"),
+    8: ("BIGINT", "BIGINT"), 9: ("MEDIUMINT", "MEDIUMINT"), 10: ("DATE", "DATE"),
+    11: ("TIME", "TIME"), 12: ("DATETIME", "DATETIME"), 13: ("YEAR", "YEAR"),
+    15: ("VARCHAR", "VARBINARY"), 16: ("BIT", "BIT"), 245: ("JSON", "JSON"),
+    246: ("DECIMAL", "DECIMAL"), 247: ("ENUM", "ENUM"), 248: ("SET", "SET"),
+    249: ("TINYTEXT", "TINYBLOB"), 250: ("MEDIUMTEXT", "MEDIUMBLOB"),
+    251: ("LONGTEXT", "LONGBLOB"), 252: ("TEXT", "BLOB"), 253: ("VARCHAR", "VARBINARY"),
+    254: ("CHAR", "BINARY"),
+}
+_INT_CODES = frozenset({1, 2, 3, 8, 9})
+_BLOB_CODES = frozenset({249, 250, 251, 252})
+_STRING_CODES = frozenset({15, 253, 254})
+
+# Extra metadata (``ticdc.*``) for key fields the event model has no slot for.
+EXTRA_ROW_ID = "ticdc.row-id"
+EXTRA_ONLY_HANDLE_KEY = "ticdc.only-handle-key"
+EXTRA_CLAIM_CHECK = "ticdc.claim-check-location"
+
+# Kafka's per-record overhead TiCDC adds when sizing a message, and its per-row slack.
+_RECORD_OVERHEAD = 36
+_ROW_SLACK = 16
+
+_LEN = struct.Struct(">Q")
+_VERSION_BYTES = _LEN.pack(BATCH_VERSION)
+_ZERO_LEN = _LEN.pack(0)
+
+_INT_RANGE = {  # signed, unsigned bounds per integer type
+    1: ((-(1 << 7), (1 << 7) - 1), (0, (1 << 8) - 1)),
+    2: ((-(1 << 15), (1 << 15) - 1), (0, (1 << 16) - 1)),
+    9: ((-(1 << 23), (1 << 23) - 1), (0, (1 << 24) - 1)),
+    3: ((-(1 << 31), (1 << 31) - 1), (0, (1 << 32) - 1)),
+    8: ((-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)),
+}
+_MAX_TIME = _dt.timedelta(hours=838, minutes=59, seconds=59)
+
+
+class VersionMismatch(MalformedMessage):
+    """The key's batch version is not 1."""
+
+
+class UnknownTypeCode(MalformedMessage):
+    """A column's ``t`` is not a MySQL type code this codec knows."""
+
+
+class MessageTooLarge(CodecError):
+    """One row alone exceeds ``max-message-bytes``."""
+
+
+# ---------------------------------------------------------------------------
+# Go string quoting (VARCHAR/CHAR/VARBINARY values with a binary charset)
+# ---------------------------------------------------------------------------
+
+_GO_SIMPLE_ESC = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                  "\t": "\\t", "\v": "\\v", '"': '\\"', "\\": "\\\\"}
+_GO_PLAIN = re.compile(r'[ !#-\[\]-~]*')  # printable ASCII except " and \
+_GO_UNESC = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34, "'": 39}
+_GO_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-7]{3})|(.))", re.S)
+
+
+def go_quote(data: bytes) -> str:
+    """Go's ``strconv.Quote`` without the outer quotes, as TiCDC writes binary strings:
+    printable runes as they are, invalid UTF-8 bytes and control bytes as ``\\xNN``."""
+    text = data.decode("utf-8", "surrogateescape")
+    if _GO_PLAIN.fullmatch(text):
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # a byte that is not valid UTF-8
+            out.append("\\x%02x" % (o - 0xDC00))
+        elif ch in _GO_SIMPLE_ESC:
+            out.append(_GO_SIMPLE_ESC[ch])
+        elif ch.isprintable():  # Python's and Go's "printable" are the same categories
+            out.append(ch)
+        elif o < 0x20 or o == 0x7F:
+            out.append("\\x%02x" % o)
+        elif o < 0x10000:
+            out.append("\\u%04x" % o)
+        else:
+            out.append("\\U%08x" % o)
+    return "".join(out)
+
+
+def go_unquote(text: str) -> bytes:
+    """Inverse of ``go_quote`` (Go's ``strconv.Unquote`` of ``"`` + text + ``"``).
+    Raises ValueError on an escape Go would reject."""
+    if "\\" not in text:
+        return text.encode("utf-8")
+    out = bytearray()
+    pos = 0
+    for m in _GO_ESCAPE.finditer(text):
+        out += text[pos:m.start()].encode("utf-8")
+        pos = m.end()
+        hx, u4, u8, octal, simple = m.groups()
+        if hx is not None:
+            out.append(int(hx, 16))
+        elif octal is not None:
+            n = int(octal, 8)
+            if n > 255:
+                raise ValueError(f"octal escape \\{octal} out of range at char {m.start()}")
+            out.append(n)
+        elif u4 is not None or u8 is not None:
+            n = int(u4 or u8, 16)
+            if n > 0x10FFFF or 0xD800 <= n <= 0xDFFF:
+                raise ValueError(f"invalid code point escape {m.group(0)} at char {m.start()}")
+            out += chr(n).encode("utf-8")
+        else:
+            code = _GO_UNESC.get(simple)
+            if code is None or simple == "'":
+                raise ValueError(f"invalid escape \\{simple} at char {m.start()}")
+            out.append(code)
+    if text.find("\\", pos) != -1:
+        raise ValueError(f"dangling backslash at char {text.find(chr(92), pos)}")
+    out += text[pos:].encode("utf-8")
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# Numbers
+# ---------------------------------------------------------------------------
+
+_F32 = struct.Struct("<f")
+_INF = float("inf")
+
+
+def to_float32(v: float) -> float:
+    """The float32 a FLOAT column holds for this number (TiDB FLOAT is 32-bit)."""
+    try:
+        return _F32.unpack(_F32.pack(v))[0]
+    except OverflowError:
+        raise ValueError(f"{v!r} is out of FLOAT range") from None
+
+
+def float32_short(v: float) -> float | None:
+    """The double with the shortest text that still reads back as float32 ``v``
+    (so JSON carries ``0.1`` for FLOAT 0.1, as TiCDC writes it), or None when
+    ``v`` is not exactly a float32."""
+    try:
+        if to_float32(v) != v:
+            return None
+    except ValueError:
+        return None
+    for digits in range(1, 10):
+        short = float("%.*g" % (digits, v))
+        try:
+            if to_float32(short) == v:
+                return short
+        except ValueError:  # rounded past the float32 range
+            continue
+    return v
+
+
+# ---------------------------------------------------------------------------
+# Column model <-> type code and flags
+# ---------------------------------------------------------------------------
+
+def type_code(column: Column) -> int:
+    try:
+        return TYPE_CODES[column.type]
+    except KeyError:
+        raise UnsupportedEvent(CODEC, column.name, f"column type {column.type} has no open-protocol type code") from None
+
+
+def is_binary(column: Column) -> bool:
+    return column.binary or column.type in BINARY_TYPES
+
+
+def column_flags(column: Column) -> int:
+    f = 0
+    if is_binary(column):
+        f |= FLAG_BINARY
+    if column.handle_key:
+        f |= FLAG_HANDLE_KEY
+    if column.generated:
+        f |= FLAG_GENERATED
+    if column.primary_key:
+        f |= FLAG_PRIMARY_KEY
+    if column.unique_key:
+        f |= FLAG_UNIQUE_KEY
+    if column.multiple_key:
+        f |= FLAG_MULTIPLE_KEY
+    if column.nullable:
+        f |= FLAG_NULLABLE
+    if column.unsigned:
+        f |= FLAG_UNSIGNED
+    return f
+
+
+def column_from_wire(name: str, code: int, flags: int, handle: bool = False) -> Column:
+    """Fill the column model as far as a type code and flags carry it."""
+    text_type, binary_type = _CODE_TYPES[code]
+    binary = bool(flags & FLAG_BINARY) and text_type != binary_type
+    return Column(
+        name=name,
+        type=binary_type if binary else text_type,
+        unsigned=bool(flags & FLAG_UNSIGNED),
+        nullable=bool(flags & FLAG_NULLABLE),
+        primary_key=bool(flags & FLAG_PRIMARY_KEY),
+        handle_key=bool(flags & FLAG_HANDLE_KEY) or handle,
+        unique_key=bool(flags & FLAG_UNIQUE_KEY),
+        multiple_key=bool(flags & FLAG_MULTIPLE_KEY),
+        binary=binary,
+        generated=bool(flags & FLAG_GENERATED),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------
+
+def _wire_to_native(code: int, flags: int, hint: Column | None) -> Callable[[Any], Any]:
+    """Converter for one column's JSON value (never called with None).
+    Raises TypeError/ValueError; the caller wraps them with context."""
+    if code in _INT_CODES:
+        lo, hi = _INT_RANGE[code][1 if flags & FLAG_UNSIGNED else 0]
+
+        def conv_int(v):
+            if type(v) is not int or not lo <= v <= hi:
+                raise ValueError("not an integer in the column's range")
+            return v
+        return conv_int
+    if code == 13 or code == 16:
+        hi = 2155 if code == 13 else (1 << 64) - 1
+
+        def conv_uint(v):
+            if type(v) is not int or not 0 <= v <= hi:
+                raise ValueError("not a non-negative integer in range")
+            return v
+        return conv_uint
+    if code == 5:
+        def conv_double(v):
+            t = type(v)
+            if t is float:
+                return v
+            if t is int:
+                return float(v)
+            raise ValueError("not a number")
+        return conv_double
+    if code == 4:
+        def conv_float(v):
+            t = type(v)
+            if t is not float and t is not int:
+                raise ValueError("not a number")
+            return to_float32(v)
+        return conv_float
+    if code == 246:
+        def conv_decimal(v):
+            d = Decimal(v)
+            if not d.is_finite():
+                raise ValueError("not a finite decimal")
+            return d
+        return conv_decimal
+    if code == 10:
+        return _text_then(parse_date)
+    if code == 7 or code == 12:
+        return _text_then(parse_datetime)
+    if code == 11:
+        return _text_then(parse_time)
+    if code == 245:
+        return _expect_str
+    if code == 247:
+        elements = hint.elements if hint is not None and hint.type == "ENUM" else ()
+        if not elements:
+            return _uint_text
+        names = ("",) + tuple(elements)
+
+        def conv_enum(v):
+            if type(v) is not int:
+                raise ValueError("ENUM index is not an integer")
+            return names[v]
+        return conv_enum
+    if code == 248:
+        elements = hint.elements if hint is not None and hint.type == "SET" else ()
+        if not elements:
+            return _uint_text
+        members = tuple(elements)
+        limit = 1 << len(members)
+
+        def conv_set(v):
+            if type(v) is not int or not 0 <= v < limit:
+                raise ValueError("SET bitmask is not an integer within the elements")
+            return ",".join(e for i, e in enumerate(members) if v >> i & 1)
+        return conv_set
+    if code in _BLOB_CODES:
+        if flags & FLAG_BINARY:
+            return _b64_bytes
+        return _b64_text
+    if code in _STRING_CODES:
+        if flags & FLAG_BINARY:
+            return _go_bytes
+        return _expect_str
+    raise KeyError(code)
+
+
+def _text_then(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
+    def conv(v):
+        if type(v) is not str:
+            raise ValueError("not a string")
+        return parse(v)
+    return conv
+
+
+def _expect_str(v):
+    if type(v) is not str:
+        raise ValueError("not a string")
+    return v
+
+
+def _uint_text(v):
+    """ENUM index / SET bitmask whose elements are unknown: kept as its decimal
+    text, the same fallback the canal-json decoder uses."""
+    if type(v) is not int or v < 0:
+        raise ValueError("not a non-negative integer")
+    return str(v)
+
+
+def _b64_bytes(v):
+    if type(v) is not str:
+        raise ValueError("not a base64 string")
+    return binascii.a2b_base64(v, strict_mode=True)
+
+
+def _b64_text(v):
+    return _b64_bytes(v).decode("utf-8")
+
+
+def _go_bytes(v):
+    if type(v) is not str:
+        raise ValueError("not a string")
+    return go_unquote(v)
+
+
+class _TableDecoding:
+    """A table as one column signature shows it, with a converter per column."""
+
+    __slots__ = ("table", "columns", "specs")
+
+    def __init__(self, table: TableSchema, columns: dict[str, tuple[int, int, Callable]]):
+        self.table = table
+        self.columns = columns  # name -> (type code, flags, converter)
+        # the same in the message's column order, for the fast path
+        self.specs = tuple((name, t, f, conv) for name, (t, f, conv) in columns.items())
+
+
+class OpenProtocolDecoder:
+    """Decode one Kafka message (key, value) into its events.
+
+    ``tables`` optionally gives the full column model per ``schema.table`` (a
+    mapping or a callable returning a ``TableSchema`` or None), e.g. from a
+    schema registry or the travelling schema. With it, ENUM indexes and SET
+    bitmasks decode to element names and the event carries that richer table;
+    without it they decode to their decimal text (``"2"``, the format has no
+    elements; canal-json's decoder does the same) and the table is built from
+    type codes and flags alone.
+    """
+
+    def __init__(self, tables: Mapping[str, TableSchema] | Callable[[str], TableSchema | None] | None = None):
+        if tables is None:
+            self._lookup = None
+        elif callable(tables):
+            self._lookup = tables
+        else:
+            self._lookup = tables.get
+        self._cache: dict[tuple, _TableDecoding] = {}
+
+    # -- framing -----------------------------------------------------------
+
+    def decode(self, key: bytes, value: bytes | None) -> list[Event]:
+        """All events of one message, in order."""
+        if key is None:
+            raise MalformedMessage(CODEC, None, "open-protocol messages always have a key")
+        key = bytes(key) if not isinstance(key, bytes) else key
+        value = b"" if value is None else bytes(value) if not isinstance(value, bytes) else value
+        if len(key) < 8:
+            raise MalformedMessage(CODEC, 0, f"key of {len(key)} bytes is shorter than the 8-byte batch version")
+        version = _LEN.unpack_from(key, 0)[0]
+        if version != BATCH_VERSION:
+            raise VersionMismatch(CODEC, 0, f"key batch version is {version}, expected {BATCH_VERSION}")
+        events: list[Event] = []
+        kpos, vpos = 8, 0
+        klen, vlen = len(key), len(value)
+        loads = orjson.loads
+        while kpos < klen:
+            kstart, kdoc, kpos = _frame(key, kpos, klen, "key")
+            try:
+                k = loads(kdoc)
+            except orjson.JSONDecodeError as e:
+                raise MalformedMessage(CODEC, f"key byte {kstart}", f"key JSON is invalid: {e}") from None
+            if type(k) is not dict:
+                raise MalformedMessage(CODEC, f"key byte {kstart}", "key JSON is not an object")
+            mtype = k.get("t")
+            ts = k.get("ts")
+            if type(ts) is not int or ts < 0:
+                raise MalformedMessage(CODEC, f"key byte {kstart}", f"key 'ts' must be an unsigned integer, got {ts!r}")
+            if mtype == TYPE_RESOLVED:
+                if vpos < vlen:
+                    vstart, vdoc, vpos = _frame(value, vpos, vlen, "value")
+                    if vdoc:
+                        raise MalformedMessage(CODEC, f"value byte {vstart}",
+                                               "resolved event value must be empty")
+                events.append(ResolvedEvent(ts))
+                continue
+            if vpos >= vlen:
+                raise MalformedMessage(CODEC, f"value byte {vpos}",
+                                       f"value has fewer entries than the key (key entry at byte {kstart})")
+            vstart, vdoc, vpos = _frame(value, vpos, vlen, "value")
+            try:
+                v = loads(vdoc)
+            except orjson.JSONDecodeError as e:
+                raise MalformedMessage(CODEC, f"value byte {vstart}", f"value JSON is invalid: {e}") from None
+            if type(v) is not dict:
+                raise MalformedMessage(CODEC, f"value byte {vstart}", "value JSON is not an object")
+            if mtype == TYPE_ROW:
+                events.append(self._row(k, v, ts, vstart))
+            elif mtype == TYPE_DDL:
+                events.append(_ddl(k, v, ts, vstart))
+            else:
+                raise MalformedMessage(CODEC, f"key byte {kstart}", f"unknown message type t={mtype!r}")
+        if vpos < vlen:
+            raise MalformedMessage(CODEC, f"value byte {vpos}", "value has more entries than the key")
+        return events
+
+    def decode_many(self, messages: Iterable[tuple[bytes, bytes | None]]) -> list[Event]:
+        out: list[Event] = []
+        for key, value in messages:
+            out.extend(self.decode(key, value))
+        return out
+
+    # -- rows --------------------------------------------------------------
+
+    def _row(self, k: dict, v: dict, ts: int, vstart: int) -> RowChange:
+        scm = k.get("scm", "")
+        tbl = k.get("tbl", "")
+        if type(scm) is not str or type(tbl) is not str:
+            raise MalformedMessage(CODEC, f"value byte {vstart}", "key 'scm'/'tbl' must be strings")
+        ptn = k.get("ptn")
+        new = v.get("u")
+        if new is not None:
+            old = v.get("p")
+            kind = UPDATE if old is not None else INSERT
+            image = new
+        else:
+            image = v.get("d")
+            if image is None:
+                raise MalformedMessage(CODEC, f"value byte {vstart}", "row value has none of 'u', 'd'")
+            old = None
+            kind = DELETE
+        if type(image) is not dict or (old is not None and type(old) is not dict):
+            raise MalformedMessage(CODEC, f"value byte {vstart}", "row image is not an object")
+        part = "u" if kind != DELETE else "d"
+        dec = self._table_for(scm, tbl, ptn, image, vstart)
+        row = _convert_fast(dec, image)
+        if row is None:  # something is off: the checked path says what, or the schema changed
+            try:
+                row = _convert(dec, image, vstart, part)
+            except _SignatureChanged:  # same column names, other types/flags
+                self._cache.pop((scm, tbl, ptn, tuple(image)), None)
+                dec = self._table_for(scm, tbl, ptn, image, vstart)
+                row = _convert(dec, image, vstart, part, strict=True)
+        old_row = None
+        if old is not None:
+            if len(old) == len(image):
+                old_row = _convert_fast(dec, old)
+            if old_row is None:
+                old_row = _convert(dec, old, vstart, "p", strict=True)
+        extra = None
+        if len(k) > 4:  # only rid/ohk/ccl make a key longer than ts, scm, tbl, t (+ptn)
+            extra = {}
+            rid = k.get("rid")
+            if rid:
+                extra[EXTRA_ROW_ID] = str(rid)
+            if k.get("ohk"):
+                extra[EXTRA_ONLY_HANDLE_KEY] = "true"
+            ccl = k.get("ccl")
+            if ccl:
+                extra[EXTRA_CLAIM_CHECK] = str(ccl)
+        return RowChange(dec.table, kind, ts, row, old_row, extra if extra else {})
+
+    def _table_for(self, scm: str, tbl: str, ptn, image: dict, vstart: int) -> _TableDecoding:
+        sig = (scm, tbl, ptn, tuple(image))
+        dec = self._cache.get(sig)
+        if dec is not None:
+            return dec
+        if ptn is not None and type(ptn) is not int:
+            raise MalformedMessage(CODEC, f"value byte {vstart}", f"key 'ptn' must be an integer, got {ptn!r}")
+        hint = self._lookup(f"{scm}.{tbl}") if self._lookup is not None else None
+        columns: list[Column] = []
+        convs: dict[str, tuple[int, int, Callable]] = {}
+        for name, c in image.items():
+            if type(c) is not dict:
+                raise MalformedMessage(CODEC, f"value byte {vstart}", f"column {name!r} is not an object")
+            code, flags = c.get("t"), c.get("f", 0)
+            if type(code) is not int or type(flags) is not int:
+                raise MalformedMessage(CODEC, f"value byte {vstart}",
+                                       f"column {name!r}: 't' and 'f' must be integers")
+            if code not in _CODE_TYPES:
+                raise UnknownTypeCode(CODEC, f"value byte {vstart}, column {name}",
+                                      f"unknown MySQL type code {code} ({scm}.{tbl})")
+            hint_col = None
+            if hint is not None and name in hint.index:
+                hint_col = hint.column(name)
+            columns.append(column_from_wire(name, code, flags, c.get("h") is True))
+            convs[name] = (code, flags, _wire_to_native(code, flags, hint_col))
+        table = TableSchema(scm, tbl, tuple(columns), partition=ptn)
+        if hint is not None and _hint_fits(hint, table, ptn):
+            table = hint
+        dec = _TableDecoding(table, convs)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[sig] = dec
+        return dec
+
+
+def _hint_fits(hint: TableSchema, wire: TableSchema, ptn) -> bool:
+    """The hinted table replaces the wire one only when it describes the same
+    columns with the same type codes (otherwise the schema moved on)."""
+    if len(hint.columns) != len(wire.columns) or hint.partition != ptn:
+        return False
+    for col in wire.columns:
+        if col.name not in hint.index:
+            return False
+        h = hint.column(col.name)
+        if TYPE_CODES.get(h.type) != TYPE_CODES[col.type] and not (
+                col.type == "VARCHAR" and h.type in ("VARCHAR", "VARBINARY")):
+            return False
+    return True
+
+
+def _convert_fast(dec: _TableDecoding, image: dict) -> dict | None:
+    """Convert an image whose columns are in the cached order; None on any
+    surprise (the caller then takes the checked path for a precise error)."""
+    out = {}
+    try:
+        for (name, t, f, conv), c in zip(dec.specs, image.values()):
+            v = c["v"]
+            if c["t"] != t or c["f"] != f:
+                return None
+            out[name] = None if v is None else conv(v)
+    except Exception:
+        return None
+    if len(out) != len(image) or out.keys() != image.keys():
+        return None
+    return out
+
+
+class _SignatureChanged(Exception):
+    """A column's type code or flags differ from the cached table's."""
+
+
+def _convert(dec: _TableDecoding, image: dict, vstart: int, part: str, strict: bool = False) -> dict:
+    convs = dec.columns
+    out = {}
+    for name, c in image.items():
+        spec = convs.get(name)
+        try:
+            v = c["v"]
+            if spec is None or c["t"] != spec[0] or c.get("f", 0) != spec[1]:
+                if not strict and spec is not None:
+                    raise _SignatureChanged
+                raise MalformedMessage(
+                    CODEC, f"value byte {vstart}, {part}.{name}",
+                    f"column {name!r} does not match the row's columns ({dec.table.collection})")
+            out[name] = None if v is None else spec[2](v)
+        except (CodecError, _SignatureChanged):
+            raise
+        except (KeyError, TypeError) as e:
+            raise MalformedMessage(CODEC, f"value byte {vstart}, {part}.{name}",
+                                   f"column {name!r} is not {{t, f, v}} ({dec.table.collection}): {e!r}") from None
+        except (ValueError, InvalidOperation, binascii.Error, UnicodeDecodeError, IndexError, OverflowError) as e:
+            raise MalformedMessage(CODEC, f"value byte {vstart}, {part}.{name}",
+                                   f"bad value {c.get('v')!r} for type code {c.get('t')} "
+                                   f"({dec.table.collection}): {e}") from None
+    return out
+
+
+def _ddl(k: dict, v: dict, ts: int, vstart: int) -> DDLEvent:
+    query = v.get("q")
+    ddl_type = v.get("t", 0)
+    if type(query) is not str or type(ddl_type) is not int:
+        raise MalformedMessage(CODEC, f"value byte {vstart}", "DDL value must be {\"q\": string, \"t\": integer}")
+    scm, tbl = k.get("scm", ""), k.get("tbl", "")
+    if type(scm) is not str or type(tbl) is not str:
+        raise MalformedMessage(CODEC, f"value byte {vstart}", "key 'scm'/'tbl' must be strings")
+    return DDLEvent(scm, tbl, query, ts, ddl_type or None)
+
+
+def _frame(buf: bytes, pos: int, end: int, what: str) -> tuple[int, bytes, int]:
+    """One ``[length][payload]`` entry at ``pos`` -> (payload start, payload, next pos)."""
+    if pos + 8 > end:
+        raise MalformedMessage(CODEC, f"{what} byte {pos}",
+                               f"truncated {what}: {end - pos} bytes left where an 8-byte length belongs")
+    n = _LEN.unpack_from(buf, pos)[0]
+    start = pos + 8
+    if n > end - start:
+        raise MalformedMessage(CODEC, f"{what} byte {pos}",
+                               f"{what} entry length {n} exceeds the {end - start} bytes left")
+    return start, buf[start:start + n], start + n
+
+
+# ---------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------
+
+DEFAULT_OPTIONS = {
+    "max-batch-size": 16,
+    "max-message-bytes": 10 * 1024 * 1024,
+    "output-old-value": True,
+    "only-output-updated-columns": False,
+    "delete-only-output-handle-key-columns": False,
+}
+
+
+def _options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    out = dict(DEFAULT_OPTIONS)
+    for name, value in (options or {}).items():
+        if name not in DEFAULT_OPTIONS:
+            raise ConfigError(CODEC, name, "known-option", f"unknown option; known: {sorted(DEFAULT_OPTIONS)}")
+        default = DEFAULT_OPTIONS[name]
+        if isinstance(default, bool):
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                value = value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ConfigError(CODEC, name, "bool", f"expected true or false, got {value!r}")
+        else:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ConfigError(CODEC, name, "int", f"expected an integer, got {value!r}") from None
+            if value < 1:
+                raise ConfigError(CODEC, name, "positive", f"must be at least 1, got {value}")
+        out[name] = value
+    return out
+
+
+def _native_to_wire(table: TableSchema, col: Column) -> Callable[[Any], Any]:
+    """Converter for one column's native value (never None) to its JSON value.
+    Raises UnrepresentableValue naming table, column and value."""
+    code = type_code(col)
+    where = table.collection
+
+    def bad(v, why):
+        return UnrepresentableValue(CODEC, where, col.name, v, why)
+
+    if code in _INT_CODES or code == 13 or code == 16:
+        if code in _INT_CODES:
+            lo, hi = _INT_RANGE[code][1 if col.unsigned else 0]
+        elif code == 13:
+            lo, hi = 0, 2155
+        else:
+            lo, hi = 0, (1 << (col.length or 64)) - 1
+
+        def enc_int(v):
+            if type(v) is not int or not lo <= v <= hi:
+                raise bad(v, f"{col.type} needs an int in [{lo}, {hi}]")
+            return v
+        return enc_int
+    if code == 5:
+        def enc_double(v):
+            if type(v) is not float or v != v or v in (_INF, -_INF):
+                raise bad(v, "DOUBLE needs a finite float")
+            return v
+        return enc_double
+    if code == 4:
+        def enc_float(v):
+            if type(v) is not float or v != v or v in (_INF, -_INF):
+                raise bad(v, "FLOAT needs a finite float")
+            short = float32_short(v)
+            if short is None:
+                raise bad(v, "FLOAT holds 32-bit floats; this value has no exact float32 form")
+            return short
+        return enc_float
+    if code == 246:
+        scale = col.scale
+
+        def enc_decimal(v):
+            try:
+                return decimal_text(v, scale)
+            except ValueError as e:
+                raise bad(v, f"DECIMAL: {e}") from None
+        return enc_decimal
+    if code == 10:
+        def enc_date(v):
+            try:
+                return date_text(v)
+            except ValueError as e:
+                raise bad(v, str(e)) from None
+        return enc_date
+    if code == 7 or code == 12:
+        fsp = col.fsp
+
+        def enc_datetime(v):
+            try:
+                return datetime_text(v, fsp)
+            except ValueError as e:
+                raise bad(v, f"{col.type}: {e}") from None
+        return enc_datetime
+    if code == 11:
+        fsp = col.fsp
+
+        def enc_time(v):
+            if type(v) is _dt.timedelta and abs(v) > _MAX_TIME:
+                raise bad(v, "TIME is limited to -838:59:59..838:59:59")
+            try:
+                return time_text(v, fsp)
+            except ValueError as e:
+                raise bad(v, f"TIME: {e}") from None
+        return enc_time
+    if code == 245:
+        def enc_json(v):
+            if type(v) is not str:
+                raise bad(v, "JSON needs its text as str")
+            return v
+        return enc_json
+    if code == 247:
+        index = {name: i + 1 for i, name in enumerate(col.elements)}
+
+        def enc_enum(v):
+            if type(v) is str:
+                i = index.get(v)
+                if i is not None:
+                    return i
+                if v == "":
+                    return 0  # MySQL's error value '' has index 0
+                if not index and v.isdigit() and v.isascii():
+                    return int(v)  # index text decoded from a format without elements
+                raise bad(v, "ENUM name is not one of the column's elements" if index
+                          else "ENUM elements unknown: only an index text can be written")
+            raise bad(v, "ENUM needs an element name (str)")
+        return enc_enum
+    if code == 248:
+        bits = {name: 1 << i for i, name in enumerate(col.elements)}
+
+        def enc_set(v):
+            if type(v) is str:
+                if v == "":
+                    return 0
+                if not bits and v.isdigit() and v.isascii():
+                    return int(v)  # bitmask text decoded from a format without elements
+                mask = 0
+                for name in v.split(","):
+                    b = bits.get(name)
+                    if b is None:
+                        raise bad(v, f"SET member {name!r} is not one of the column's elements" if bits
+                                  else "SET elements unknown: only a bitmask text can be written")
+                    mask |= b
+                return mask
+            raise bad(v, "SET needs comma-joined names (str)")
+        return enc_set
+    binary = is_binary(col)
+    if code in _BLOB_CODES:
+        def enc_blob(v):
+            t = type(v)
+            if t is bytes:
+                return binascii.b2a_base64(v, newline=False).decode("ascii")
+            if t is str and not binary:
+                return binascii.b2a_base64(v.encode("utf-8"), newline=False).decode("ascii")
+            raise bad(v, f"{col.type} needs {'bytes' if binary else 'str'}")
+        return enc_blob
+    if binary:  # VARBINARY / BINARY
+        def enc_binstr(v):
+            if type(v) is not bytes:
+                raise bad(v, f"{col.type} needs bytes")
+            return go_quote(v)
+        return enc_binstr
+
+    def enc_text(v):
+        if type(v) is not str:
+            raise bad(v, f"{col.type} needs a str")
+        return v
+    return enc_text
+
+
+class _TableEncoding:
+    """Per-table precomputation: key JSON prefix, and per column its name, the
+    constant part of its column object and its value converter."""
+
+    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle")
+
+    def __init__(self, table: TableSchema):
+        self.table = table
+        head = {"scm": table.schema} if table.schema else {}
+        if table.table:
+            head["tbl"] = table.table
+        if table.partition is not None:
+            head["ptn"] = table.partition
+        head["t"] = TYPE_ROW
+        # the key JSON after '{"ts":N': ',"scm":..,"tbl":..,"ptn":..,"t":1}'
+        self.key_suffix = b"," + orjson.dumps(head)[1:]
+        self.columns = tuple((col.name, type_code(col), col.handle_key, column_flags(col),
+                              _native_to_wire(table, col)) for col in table.columns)
+        self.by_name = {c[0] for c in self.columns}
+        self.handle = frozenset(c.name for c in table.columns if c.handle_key)
+
+
+class OpenProtocolEncoder:
+    """Encode events into open-protocol Kafka messages ``(key, value)``.
+
+    Rows are batched up to ``max-batch-size`` per message within
+    ``max-message-bytes``; a DDL or resolved event closes the current batch and
+    travels in a message of its own, so the message order keeps the event order.
+    """
+
+    def __init__(self, options: Mapping[str, Any] | None = None):
+        self.options = _options(options)
+        self._max_batch = self.options["max-batch-size"]
+        self._max_bytes = self.options["max-message-bytes"]
+        self._old_value = self.options["output-old-value"]
+        self._only_updated = self.options["only-output-updated-columns"]
+        self._delete_handle_only = self.options["delete-only-output-handle-key-columns"]
+        self._tables: dict[int, _TableEncoding] = {}
+
+    def encode(self, events: Iterable[Event]) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        size = 0  # framed bytes of the open batch
+        max_bytes, max_batch = self._max_bytes, self._max_batch
+        pack = _LEN.pack
+        for ev in events:
+            t = type(ev)
+            if t is RowChange:
+                k, v = self._row(ev)
+                row_bytes = len(k) + len(v) + _ROW_SLACK
+                if row_bytes + 8 + _RECORD_OVERHEAD > max_bytes:
+                    raise MessageTooLarge(
+                        CODEC, ev.table.collection,
+                        f"one row needs {row_bytes + 8 + _RECORD_OVERHEAD} bytes, max-message-bytes is {max_bytes}")
+                if keys and (len(keys) >= max_batch or size + _RECORD_OVERHEAD + row_bytes > max_bytes):
+                    out.append(_join(keys, values))
+                    keys, values, size = [], [], 0
+                keys.append(pack(len(k)) + k)
+                values.append(pack(len(v)) + v)
+                size += row_bytes
+                continue
+            if keys:
+                out.append(_join(keys, values))
+                keys, values, size = [], [], 0
+            if t is DDLEvent:
+                out.append(self._ddl(ev))
+            elif t is ResolvedEvent:
+                k = orjson.dumps({"ts": ev.ts, "t": TYPE_RESOLVED})
+                out.append((_VERSION_BYTES + pack(len(k)) + k, _ZERO_LEN))
+            else:
+                raise UnsupportedEvent(CODEC, None, f"not a TiCDC event: {t.__name__}")
+        if keys:
+            out.append(_join(keys, values))
+        return out
+
+    def _encoding(self, table: TableSchema) -> _TableEncoding:
+        enc = self._tables.get(id(table))
+        if enc is None or enc.table is not table:
+            enc = _TableEncoding(table)
+            if len(self._tables) > 4096:
+                self._tables.clear()
+            self._tables[id(table)] = enc
+        return enc
+
+    def _row(self, ev: RowChange) -> tuple[bytes, bytes]:
+        enc = self._encoding(ev.table)
+        extra = ev.extra
+        if extra and (EXTRA_ROW_ID in extra or EXTRA_ONLY_HANDLE_KEY in extra or EXTRA_CLAIM_CHECK in extra):
+            key = self._key_with_extra(ev, enc)
+        else:
+            key = b'{"ts":' + str(ev.commit_ts).encode() + enc.key_suffix
+        kind = ev.kind
+        if kind == DELETE:
+            names = enc.handle if self._delete_handle_only and enc.handle else None
+            value = {"d": _image(enc, ev.row, names)}
+        elif kind == INSERT or kind == UPDATE:
+            value = {"u": _image(enc, ev.row, None)}
+            if kind == UPDATE and self._old_value and ev.old is not None:
+                names = None
+                if self._only_updated:
+                    new = ev.row or {}
+                    names = {n for n, v in ev.old.items() if n not in new or new[n] != v}
+                value["p"] = _image(enc, ev.old, names)
+        else:
+            raise UnsupportedEvent(CODEC, ev.table.collection, f"row kind {kind!r} is not insert/update/delete")
+        return key, orjson.dumps(value)
+
+    def _key_with_extra(self, ev: RowChange, enc: _TableEncoding) -> bytes:
+        table = ev.table
+        key: dict[str, Any] = {"ts": ev.commit_ts}
+        if table.schema:
+            key["scm"] = table.schema
+        if table.table:
+            key["tbl"] = table.table
+        rid = ev.extra.get(EXTRA_ROW_ID)
+        if rid:
+            try:
+                key["rid"] = int(rid)
+            except ValueError:
+                raise UnrepresentableValue(CODEC, table.collection, EXTRA_ROW_ID, rid, "row id is not an integer") from None
+        if table.partition is not None:
+            key["ptn"] = table.partition
+        key["t"] = TYPE_ROW
+        if ev.extra.get(EXTRA_ONLY_HANDLE_KEY) == "true":
+            key["ohk"] = True
+        ccl = ev.extra.get(EXTRA_CLAIM_CHECK)
+        if ccl:
+            key["ccl"] = ccl
+        return orjson.dumps(key)
+
+    def _ddl(self, ev: DDLEvent) -> tuple[bytes, bytes]:
+        key: dict[str, Any] = {"ts": ev.commit_ts}
+        if ev.schema:
+            key["scm"] = ev.schema
+        if ev.table_name:
+            key["tbl"] = ev.table_name
+        key["t"] = TYPE_DDL
+        k = orjson.dumps(key)
+        v = orjson.dumps({"q": ev.query, "t": ev.ddl_type or 0})
+        return _VERSION_BYTES + _LEN.pack(len(k)) + k, _LEN.pack(len(v)) + v
+
+
+def _image(enc: _TableEncoding, row: dict | None, names) -> dict:
+    """One row image as ``{column: {"t", "h"?, "f", "v"}}`` in table order."""
+    if row is None:
+        raise UnsupportedEvent(CODEC, enc.table.collection, "row image is missing")
+    out = {}
+    n = 0
+    for name, t, h, f, conv in enc.columns:
+        if name in row and (names is None or name in names):
+            v = row[name]
+            if v is not None:
+                v = conv(v)
+            out[name] = {"t": t, "h": True, "f": f, "v": v} if h else {"t": t, "f": f, "v": v}
+            n += 1
+    if n != len(row) and names is None:
+        unknown = next(k for k in row if k not in enc.by_name)
+        raise UnrepresentableValue(CODEC, enc.table.collection, unknown, row[unknown],
+                                   "column is not in the table schema")
+    return out
+
+
+def _join(keys: list[bytes], values: list[bytes]) -> tuple[bytes, bytes]:
+    return _VERSION_BYTES + b"".join(keys), b"".join(values)

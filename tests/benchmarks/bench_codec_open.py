@@ -1,0 +1,123 @@
+"""Open protocol: decode-to-OpenCDC and encode-from-OpenCDC records/s, single core,
+next to the orjson floor on the same bytes.
+
+Run: .venv/bin/python tests/benchmarks/bench_codec_open.py [--rows N]
+
+Row: 10 columns of mixed types (BIGINT key, INT UNSIGNED, VARCHAR, DECIMAL(10,2),
+DOUBLE, DATETIME(3), DATE, TEXT (base64 on the wire), ENUM, a NULL INT), batched
+16 rows per message (TiCDC's default). Floors: ``orjson.loads`` of every key and
+value JSON document of those messages, ``orjson.dumps`` of the same key/value
+structures already built as dicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import struct
+import time
+from decimal import Decimal
+
+import orjson
+
+from cdcflow.connectors.ticdc import open_protocol as op
+from cdcflow.connectors.ticdc.events import RowChange, from_records, to_record
+from cdcflow.schemas import SchemaStore
+from cdcflow.tidb import Column, TableSchema
+
+TABLE = TableSchema("shop", "orders", (
+    Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),
+    Column("qty", "INT", unsigned=True),
+    Column("name", "VARCHAR", length=64),
+    Column("price", "DECIMAL", precision=10, scale=2),
+    Column("weight", "DOUBLE"),
+    Column("created", "DATETIME", fsp=3),
+    Column("day", "DATE"),
+    Column("note", "TEXT"),
+    Column("state", "ENUM", elements=("new", "paid", "shipped")),
+    Column("spare", "INT"),
+))
+
+
+def make_events(n: int) -> list[RowChange]:
+    base = dt.datetime(2024, 5, 1, 12, 0, 0)
+    return [RowChange(TABLE, "insert", (1_700_000_000_000 + i) << 18, {
+        "id": i, "qty": i % 1000, "name": f"customer-{i}", "price": Decimal(f"{i % 10000}.{i % 100:02d}"),
+        "weight": i * 0.25, "created": base + dt.timedelta(milliseconds=i), "day": dt.date(2024, 5, 1),
+        "note": "a note of modest length", "state": ("new", "paid", "shipped")[i % 3], "spare": None,
+    }) for i in range(n)]
+
+
+def split_docs(messages):
+    """The JSON documents inside the framing (what the orjson floor parses)."""
+    unpack = struct.Struct(">Q").unpack_from
+    docs = []
+    for key, value in messages:
+        for buf, pos in ((key, 8), (value, 0)):
+            while pos < len(buf):
+                n = unpack(buf, pos)[0]
+                docs.append(buf[pos + 8:pos + 8 + n])
+                pos += 8 + n
+    return docs
+
+
+def best_of(fn, repeat: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run(n: int = 20_000) -> list[tuple[str, float, float]]:
+    """[(operation, codec records/s, floor records/s)]."""
+    events = make_events(n)
+    encoder = op.OpenProtocolEncoder()
+    messages = encoder.encode(events)
+    docs = split_docs(messages)
+    store = SchemaStore()
+    records = [to_record(e, b"", store) for e in events]
+
+    def decode():
+        dec = op.OpenProtocolDecoder()
+        pos = 0
+        for key, value in messages:
+            for ev in dec.decode(key, value):
+                to_record(ev, b"%d" % pos)
+                pos += 1
+
+    def floor_loads():
+        loads = orjson.loads
+        for d in docs:
+            loads(d)
+
+    def encode():
+        op.OpenProtocolEncoder().encode(from_records(records, store))
+
+    structures = [orjson.loads(d) for d in docs]
+
+    def floor_dumps():
+        dumps = orjson.dumps
+        for s in structures:
+            dumps(s)
+
+    t_dec, t_loads = best_of(decode), best_of(floor_loads)
+    t_enc, t_dumps = best_of(encode), best_of(floor_dumps)
+    store.close()
+    return [("decode->OpenCDC", n / t_dec, n / t_loads), ("encode<-OpenCDC", n / t_enc, n / t_dumps)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=20_000)
+    args = ap.parse_args()
+    print(f"open protocol, {args.rows} rows of 10 mixed columns, 16 rows/message, single core")
+    print(f"{'operation':<18}{'records/s':>12}{'floor/s':>12}{'ratio':>8}  floor")
+    for name, rate, floor in run(args.rows):
+        lib = "orjson.loads" if name.startswith("decode") else "orjson.dumps"
+        print(f"{name:<18}{rate:>12,.0f}{floor:>12,.0f}{rate / floor:>8.2f}  {lib}")
+
+
+if __name__ == "__main__":
+    main()
