@@ -30,7 +30,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import pluggy
 
@@ -38,6 +38,9 @@ from . import hookspecs
 from .errors import ConfigError, DuplicatePluginError, PluginLoadError, PluginNotFoundError
 from .params import REDACTOR, Parameter, secret_values, validate as validate_params
 from .sdk import ConnectorPlugin, Destination, Source, Transform
+
+if TYPE_CHECKING:
+    from .standalone.spec import PluginSpec
 
 log = logging.getLogger(__name__)
 
@@ -414,27 +417,16 @@ def _specify_cached(path: Path, timeout: float) -> Any:
     return spec
 
 
-def _standalone_info(spec: Any, path: Path) -> PluginInfo:
-    kind = getattr(spec, "kind", CONNECTOR) or CONNECTOR
-    source_params = dict(getattr(spec, "source_params", None) or {})
-    destination_params = dict(getattr(spec, "destination_params", None) or {})
-    if kind == TRANSFORM:
-        params = getattr(spec, "params", None)
-        if params is None:
-            params = getattr(spec, "transform_params", None)
-        return PluginInfo(
-            kind=TRANSFORM, type=STANDALONE, name=spec.name, version=spec.version,
-            summary=spec.summary or "", description=spec.description or "", author=spec.author or "",
-            params=dict(params or {}), origin=str(path), impl=spec,
-        )
-    # Conduit's Specification does not say which sides exist; a spec object may.
+def _standalone_info(spec: "PluginSpec", path: Path) -> PluginInfo:
+    common = dict(
+        type=STANDALONE, name=spec.name, version=spec.version, summary=spec.summary,
+        description=spec.description, author=spec.author, origin=str(path), impl=spec,
+    )
+    if spec.kind == TRANSFORM:
+        return PluginInfo(kind=TRANSFORM, params=dict(spec.params), **common)
     return PluginInfo(
-        kind=CONNECTOR, type=STANDALONE, name=spec.name, version=spec.version,
-        summary=spec.summary or "", description=spec.description or "", author=spec.author or "",
-        source_params=source_params, destination_params=destination_params,
-        has_source=bool(getattr(spec, "has_source", True)),
-        has_destination=bool(getattr(spec, "has_destination", True)),
-        origin=str(path), impl=spec,
+        kind=CONNECTOR, source_params=dict(spec.source_params), destination_params=dict(spec.destination_params),
+        has_source=spec.has_source, has_destination=spec.has_destination, **common,
     )
 
 
@@ -477,6 +469,7 @@ def load_registry(
     *,
     extra_plugins: Iterable[tuple[str, object]] = (),
     specify_timeout: float = 10.0,
+    standalone: bool = True,
 ) -> Registry:
     """Find every plugin: entry points of group ``cdcflow`` and executables in
     ``plugins_dir`` (default ``$CDCFLOW_PLUGINS_DIR``; none when unset).
@@ -484,10 +477,12 @@ def load_registry(
     ``extra_plugins`` are ``(origin, object with hookimpls)`` pairs registered as
     if they came from entry points (embedding, tests). Standalone specifications
     are cached per path, mtime and size for the life of the process.
+    ``standalone=False`` loads the in-process plugins only (a process serving one
+    plugin standalone must not start the executables of the plugins directory).
     """
     reg = Registry()
     _load_python_plugins(reg, extra_plugins)
-    directory = plugins_dir_from_env(plugins_dir)
+    directory = plugins_dir_from_env(plugins_dir) if standalone else None
     if directory is not None:
         _load_standalone_plugins(reg, directory, specify_timeout)
     for failure in reg.errors:

@@ -23,14 +23,7 @@ def resolve(ref: str, kind: str | None = None):
         ref = f"builtin:{ref}"
     if not ref.startswith("builtin:"):
         raise CdcflowError(f"only builtin plugins can be served standalone, not {ref!r}")
-    # only builtin plugins are wanted: keep the registry from specifying the
-    # executables of $CDCFLOW_PLUGINS_DIR (it reads the variable when no dir is given)
-    saved = os.environ.pop("CDCFLOW_PLUGINS_DIR", None)
-    try:
-        registry = load_registry(plugins_dir=None)
-    finally:
-        if saved is not None:
-            os.environ["CDCFLOW_PLUGINS_DIR"] = saved
+    registry = load_registry(standalone=False)
     if kind == TRANSFORM:
         return registry.transform(ref)
     if kind == CONNECTOR:
