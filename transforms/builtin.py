@@ -5,11 +5,31 @@ from __future__ import annotations
 from cdcflow.hookspecs import hookimpl
 from cdcflow.sdk import Transform
 
+from .cdc_dedup import CdcDedup
+from .cdc_filter import CdcFilter
+from .cdc_mask import CdcMask
+from .cdc_route import CdcRoute
+from .codec_avro import AvroDecode, AvroEncode
+from .codec_base64 import Base64Decode, Base64Encode
+from .codec_json import JsonDecode, JsonEncode
+from .error import Error
+from .fanout import Clone, Split
+from .field_convert import FieldConvert
 from .field_exclude import FieldExclude
+from .field_rename import FieldRename
 from .field_set import FieldSet
 from .filter import Filter
+from .unwrap import UnwrapDebezium, UnwrapKafkaConnect, UnwrapOpenCDC
+from .webhook import WebhookHTTP
 
-BUILTIN_TRANSFORMS: list[type[Transform]] = [FieldSet, FieldExclude, Filter]
+#: Conduit's processors (same names and settings), then cdcflow's CDC transforms
+BUILTIN_TRANSFORMS: list[type[Transform]] = [
+    FieldSet, FieldRename, FieldExclude, FieldConvert, Filter,
+    JsonDecode, JsonEncode, AvroDecode, AvroEncode, Base64Decode, Base64Encode,
+    UnwrapDebezium, UnwrapKafkaConnect, UnwrapOpenCDC,
+    Split, Clone, Error, WebhookHTTP,
+    CdcRoute, CdcFilter, CdcMask, CdcDedup,
+]
 
 
 @hookimpl
