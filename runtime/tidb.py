@@ -84,92 +84,167 @@ class TableSchema:
 
 # ---------------------------------------------------------------------------
 # TiDB text forms, shared by every text-carrying codec (canal-json, CSV, Avro's
-# DATE/DATETIME/TIME strings, open protocol): one implementation of each rule.
+# DATE/DATETIME/TIME strings, open protocol) and the JSON record form: one
+# implementation of each rule. Formatters check the value's type and that it
+# fits the column (fsp, scale) and raise ``ValueMismatch``; parsers accept only
+# TiDB's own shapes and raise ``ValueError``.
 # ---------------------------------------------------------------------------
 import datetime as _dt  # noqa: E402
 import decimal as _decimal  # noqa: E402
+import math as _math  # noqa: E402
+import re as _re  # noqa: E402
 
-_FRACTION_DIV = (1_000_000, 100_000, 10_000, 1_000, 100, 10, 1)
+_DATE = _dt.date
+_DATETIME = _dt.datetime
+_TIMEDELTA = _dt.timedelta
+_DECIMAL = _decimal.Decimal
+_DEC_CTX = _decimal.Context(prec=200)  # DECIMAL(65,30) needs more than the default 28 digits
+_SCALE_EXP: dict[int, _decimal.Decimal] = {}
+TIME_MAX_US = ((838 * 60 + 59) * 60 + 59) * 1_000_000
+"""TiDB's TIME range is -838:59:59 .. 838:59:59."""
 
 
-def _fraction(us: int, fsp: int | None) -> str:
-    """``.ffffff`` cut to ``fsp`` digits; with fsp unknown, 6 digits when non-zero."""
-    if fsp is None:
-        return f".{us:06d}" if us else ""
-    if fsp <= 0:
-        return ""
-    return "." + f"{us:06d}"[:fsp]
+class ValueMismatch(ValueError):
+    """A native value does not fit its column's text form; callers add table/column context."""
 
 
 def format_date(v: _dt.date) -> str:
-    return f"{v.year:04d}-{v.month:02d}-{v.day:02d}"
+    """``YYYY-MM-DD``."""
+    if type(v) is not _DATE:
+        raise ValueMismatch("DATE needs a datetime.date")
+    return v.isoformat()
 
 
 def format_datetime(v: _dt.datetime, fsp: int | None = None) -> str:
-    """``2020-02-20 02:20:20[.ffffff]`` (fraction to the column's fsp)."""
-    return (f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}"
-            + _fraction(v.microsecond, fsp))
+    """``2020-02-20 02:20:20[.fff]``: the fraction padded to the column's fsp; with fsp None,
+    six digits when non-zero. A fraction finer than fsp raises (it would be lost)."""
+    if type(v) is not _DATETIME:
+        raise ValueMismatch("DATETIME/TIMESTAMP needs a datetime.datetime")
+    if v.tzinfo is not None:
+        raise ValueMismatch("DATETIME/TIMESTAMP values are naive (no time zone)")
+    text = v.isoformat(" ")
+    if fsp is None:
+        return text
+    us = v.microsecond
+    if fsp <= 0:
+        if us:
+            raise ValueMismatch("has fractional seconds but the column's fsp is 0")
+        return text
+    if us and us % 10 ** (6 - fsp):
+        raise ValueMismatch(f"has more fractional digits than the column's fsp {fsp}")
+    return text[: 20 + fsp] if us else f"{text}.{'0' * fsp}"
 
 
 def format_time(v: _dt.timedelta, fsp: int | None = None) -> str:
-    """TiDB TIME text: ``[-]HH:MM:SS[.ffffff]``, hours may exceed 24 (up to 838)."""
-    us = (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
-    sign = "-" if us < 0 else ""
-    us = -us if us < 0 else us
-    secs, frac = divmod(us, 1_000_000)
+    """TiDB TIME text ``[-]HH:MM:SS[.fff]``; hours may exceed 24 (up to 838)."""
+    if type(v) is not _TIMEDELTA:
+        raise ValueMismatch("TIME needs a datetime.timedelta")
+    total = (v.days * 86400 + v.seconds) * 1_000_000 + v.microseconds
+    sign = "-" if total < 0 else ""
+    if total < 0:
+        total = -total
+    secs, us = divmod(total, 1_000_000)
     mins, s = divmod(secs, 60)
     h, m = divmod(mins, 60)
-    return f"{sign}{h:02d}:{m:02d}:{s:02d}" + _fraction(frac, fsp)
+    text = f"{sign}{h:02d}:{m:02d}:{s:02d}"
+    if fsp is None:
+        return f"{text}.{us:06d}" if us else text
+    if fsp <= 0:
+        if us:
+            raise ValueMismatch("has fractional seconds but the column's fsp is 0")
+        return text
+    if us % 10 ** (6 - fsp):
+        raise ValueMismatch(f"has more fractional digits than the column's fsp {fsp}")
+    return f"{text}.{us:06d}"[: len(text) + 1 + fsp]
 
 
-def format_decimal(v: _decimal.Decimal) -> str:
-    """Plain digits with the value's scale, never exponent notation (``0E-30`` -> ``0.000...``)."""
+def format_decimal(v: _decimal.Decimal, scale: int | None = None) -> str:
+    """Plain digits, never exponent notation (``0E-30`` -> ``0.000...``), padded to the column's
+    ``scale`` when given; more fractional digits than ``scale`` raise."""
+    if type(v) is not _DECIMAL:
+        raise ValueMismatch("DECIMAL needs a decimal.Decimal")
+    if not v.is_finite():
+        raise ValueMismatch("DECIMAL cannot be NaN or infinite")
+    if scale is not None and v.as_tuple().exponent != -scale:
+        exp = _SCALE_EXP.get(scale)
+        if exp is None:
+            exp = _SCALE_EXP[scale] = _decimal.Decimal(1).scaleb(-scale)
+        quantized = v.quantize(exp, context=_DEC_CTX)
+        if quantized != v:
+            raise ValueMismatch(f"has more fractional digits than the column's scale {scale}")
+        v = quantized
     return format(v, "f")
 
 
-def _parse_fraction(text: str) -> int:
-    if not text.isdigit() or len(text) > 6:
-        raise ValueError(f"bad fractional seconds {text!r}")
-    return int(text.ljust(6, "0"))
+def format_float(v: float) -> str:
+    """Shortest round-trip digits without exponent (Go's ``FormatFloat(v, 'f', -1, 64)``).
+
+    FLOAT columns are written with float64 digits too, so a float32 value read
+    back is the same float.
+    """
+    if type(v) is not float:
+        raise ValueMismatch("FLOAT/DOUBLE needs a float")
+    text = repr(v)
+    if "e" in text or "n" in text:
+        if not _math.isfinite(v):
+            raise ValueMismatch("MySQL floats cannot be NaN or infinite")
+        return format(_decimal.Decimal(text), "f")
+    return text[:-2] if text.endswith(".0") else text
+
+
+def format_go_float(v: float) -> str:
+    """Go's ``%v`` for a float64, as TiCDC's CSV writes floats: shortest round-trip digits, in
+    exponent form (``1e+06``, ``1.5e-05``) when the decimal exponent is < -4 or >= 6."""
+    if type(v) is not float:
+        raise ValueMismatch("FLOAT/DOUBLE needs a float")
+    if not _math.isfinite(v):
+        raise ValueMismatch("MySQL floats cannot be NaN or infinite")
+    text = repr(v)
+    a = abs(v)
+    if "e" not in text and (a == 0.0 or 1e-4 <= a < 1e6):
+        return text[:-2] if text.endswith(".0") else text
+    sign, digits, exp = _decimal.Decimal(text).as_tuple()
+    digits = list(digits)
+    while len(digits) > 1 and digits[-1] == 0:
+        digits.pop()
+        exp += 1
+    x = len(digits) - 1 + exp  # decimal exponent of the leading digit
+    if -4 <= x < 6:
+        return format(_decimal.Decimal((sign, tuple(digits), exp)), "f")
+    mant = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    return f"{'-' if sign else ''}{mant}e{'-' if x < 0 else '+'}{abs(x):02d}"
 
 
 def parse_date(text: str) -> _dt.date:
-    if len(text) != 10 or text[4] != "-" or text[7] != "-":
-        raise ValueError(f"not a DATE: {text!r}")
-    return _dt.date(int(text[0:4]), int(text[5:7]), int(text[8:10]))
+    """``YYYY-MM-DD`` only (no ISO week or basic forms)."""
+    if len(text) != 10 or text[4] != "-" or text[7] != "-" or not text[:4].isdigit():
+        raise ValueError(f"not a DATE 'YYYY-MM-DD': {text!r}")
+    return _DATE.fromisoformat(text)
 
 
 def parse_datetime(text: str) -> _dt.datetime:
-    """``YYYY-MM-DD HH:MM:SS[.f{1,6}]`` (a ``T`` separator is accepted too)."""
+    """``YYYY-MM-DD HH:MM:SS[.f{1,6}]`` only (no ``T``, no zone)."""
     n = len(text)
-    if (n == 19 or 21 <= n <= 26) and text[10] == " " and text[4] == "-" and text[16] == ":":
-        try:  # the exact TiDB shape: let the C parser do it
-            return _dt.datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"not a DATETIME: {text!r}") from None
-    if len(text) < 19 or text[10] not in " T" or text[13] != ":" or text[16] != ":":
-        raise ValueError(f"not a DATETIME: {text!r}")
-    d = parse_date(text[:10])
-    us = 0
-    if len(text) > 19:
-        if text[19] != ".":
-            raise ValueError(f"not a DATETIME: {text!r}")
-        us = _parse_fraction(text[20:])
-    return _dt.datetime(d.year, d.month, d.day, int(text[11:13]), int(text[14:16]), int(text[17:19]), us)
+    if (not (n == 19 or 21 <= n <= 26) or text[10] != " " or text[4] != "-" or text[7] != "-"
+            or text[13] != ":" or text[16] != ":" or (n > 19 and (text[19] != "." or not text[20:].isdigit()))):
+        raise ValueError(f"not a DATETIME 'YYYY-MM-DD HH:MM:SS[.ffffff]': {text!r}")
+    return _DATETIME.fromisoformat(text)
 
 
-def parse_time(text: str) -> _dt.timedelta:
-    """``[-]H+:MM:SS[.f{1,6}]`` to a timedelta (negative and > 24 h kept)."""
-    neg = text.startswith("-")
-    body = text[1:] if neg else text
-    main, dot, frac = body.partition(".")
-    parts = main.split(":")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts) or len(parts[1]) != 2 or len(parts[2]) != 2:
-        raise ValueError(f"not a TIME: {text!r}")
-    us = ((int(parts[0]) * 60 + int(parts[1])) * 60 + int(parts[2])) * 1_000_000
-    if dot:
-        us += _parse_fraction(frac)
-    return _dt.timedelta(microseconds=-us if neg else us)
+_TIME_RE = _re.compile(r"(-?)(\d{2,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?")
+
+
+def parse_time(text: str, max_us: int | None = None) -> _dt.timedelta:
+    """``[-]HH:MM:SS[.f{1,6}]`` (hours 2-3 digits) to a timedelta; with ``max_us``
+    (e.g. ``TIME_MAX_US``) a magnitude beyond it raises."""
+    m = _TIME_RE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a TIME '[-]HH:MM:SS[.ffffff]': {text!r}")
+    sign, h, mi, s, frac = m.groups()
+    us = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
+    if max_us is not None and us > max_us:
+        raise ValueError(f"TIME out of range -838:59:59..838:59:59: {text!r}")
+    return _TIMEDELTA(microseconds=-us if sign else us)
 
 
 def set_to_bitmask(value: str, elements: tuple[str, ...]) -> int:

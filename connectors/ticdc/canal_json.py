@@ -9,16 +9,15 @@ Hot paths: the column model and per-column converters are built once per table
 (and cached), a message then costs one ``orjson`` call plus one converter call
 per non-NULL value.
 
-The text forms shared with the CSV codec (DECIMAL, dates and times, floats)
-live here as ``*_text`` / ``parse_*`` functions so there is one implementation.
+The text forms shared with the CSV and open-protocol codecs (DECIMAL, dates and
+times, floats) are ``cdcflow.tidb``'s; the ``*_text`` / ``parse_*`` names here are aliases.
 """
 
 from __future__ import annotations
 
 import base64
-import datetime
 import decimal
-import math
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -33,17 +32,39 @@ from cdcflow.connectors.ticdc.errors import (
     UnrepresentableValue,
     UnsupportedEvent,
 )
-from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange
+from cdcflow.connectors.ticdc.events import (
+    DELETE,
+    INSERT,
+    META_CLAIM_CHECK_LOCATION,
+    META_ONLY_HANDLE_KEY,
+    UPDATE,
+    DDLEvent,
+    Event,
+    ResolvedEvent,
+    RowChange,
+)
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import BINARY_TYPES, INTEGER_TYPES, TEXT_TYPES, Column, TableSchema
+from cdcflow.tidb import (
+    BINARY_TYPES,
+    INTEGER_TYPES,
+    TEXT_TYPES,
+    TIME_MAX_US,
+    Column,
+    TableSchema,
+    ValueMismatch,
+    format_date,
+    format_datetime,
+    format_decimal,
+    format_float,
+    format_go_float,
+    format_time,
+    parse_date,
+    parse_datetime,
+)
+from cdcflow.tidb import parse_time as _parse_time_any
 
 CODEC = "canal-json"
 
-# ``extra`` keys (they become ``ticdc.*`` record metadata) for messages that do
-# not carry the full row: a connector fetches the row by handle key or from
-# the claim-check storage.
-META_ONLY_HANDLE_KEY = "ticdc.only-handle-key"
-META_CLAIM_CHECK_LOCATION = "ticdc.claim-check-location"
 META_CANAL_TYPE = "ticdc.canal.type"
 """Canal event type of a DDL whose TiDB action code the message cannot tell."""
 
@@ -121,144 +142,17 @@ class CanalJsonOptions:
 
 
 # --------------------------------------------------------------------------- TiDB text forms
-# Shared with the CSV codec: TiDB writes these the same way in both formats.
+# The one implementation lives in ``cdcflow.tidb``; these names stay for callers of this module.
 
-_DEC_CTX = decimal.Context(prec=200)  # DECIMAL(65,30) needs more than the default 28 digits
-_EXP_CACHE: dict[int, decimal.Decimal] = {}
-
-
-class _ValueProblem(ValueError):
-    """Internal: a value does not fit its column; the caller adds table/column context."""
-
-
-def decimal_text(value: Any, scale: int | None = None) -> str:
-    """DECIMAL in plain notation with the column's scale (``2333.654300``)."""
-    if type(value) is not decimal.Decimal:
-        raise _ValueProblem("DECIMAL needs a decimal.Decimal")
-    if not value.is_finite():
-        raise _ValueProblem("DECIMAL cannot be NaN or infinite")
-    if scale is not None and value.as_tuple().exponent != -scale:
-        exp = _EXP_CACHE.get(scale)
-        if exp is None:
-            exp = _EXP_CACHE[scale] = decimal.Decimal(1).scaleb(-scale)
-        quantized = value.quantize(exp, context=_DEC_CTX)
-        if quantized != value:
-            raise _ValueProblem(f"has more fractional digits than the column's scale {scale}")
-        value = quantized
-    return format(value, "f")
-
-
-def float_text(value: Any) -> str:
-    """Shortest round-trip digits without exponent (Go's ``FormatFloat(v, 'f', -1, 64)``).
-
-    FLOAT columns are written with float64 digits too, so a float32 value read
-    back is the same float (TiCDC's float32 digits would not round-trip here).
-    """
-    if type(value) is not float:
-        raise _ValueProblem("FLOAT/DOUBLE needs a float")
-    text = repr(value)
-    if "e" in text or "n" in text:
-        if not math.isfinite(value):
-            raise _ValueProblem("MySQL floats cannot be NaN or infinite")
-        return format(decimal.Decimal(text), "f")
-    return text[:-2] if text.endswith(".0") else text
-
-
-def go_float_text(value: Any) -> str:
-    """Go's ``%v`` for a float64, as TiCDC's CSV writes floats: shortest round-trip digits, in
-    exponent form (``1e+06``, ``1.5e-05``) when the decimal exponent is < -4 or >= 6."""
-    if type(value) is not float:
-        raise _ValueProblem("FLOAT/DOUBLE needs a float")
-    if not math.isfinite(value):
-        raise _ValueProblem("MySQL floats cannot be NaN or infinite")
-    text = repr(value)
-    a = abs(value)
-    if "e" not in text and (a == 0.0 or 1e-4 <= a < 1e6):
-        return text[:-2] if text.endswith(".0") else text
-    sign, digits, exp = decimal.Decimal(text).as_tuple()
-    digits = list(digits)
-    while len(digits) > 1 and digits[-1] == 0:
-        digits.pop()
-        exp += 1
-    x = len(digits) - 1 + exp  # decimal exponent of the leading digit
-    if -4 <= x < 6:
-        return format(decimal.Decimal((sign, tuple(digits), exp)), "f")
-    mant = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
-    return f"{'-' if sign else ''}{mant}e{'-' if x < 0 else '+'}{abs(x):02d}"
-
-
-def date_text(value: Any) -> str:
-    if type(value) is not datetime.date:
-        raise _ValueProblem("DATE needs a datetime.date")
-    return value.isoformat()
-
-
-def datetime_text(value: Any, fsp: int | None) -> str:
-    """``2020-02-20 02:20:20`` plus ``.ffffff`` cut to the column's fsp (None: as the value needs)."""
-    if type(value) is not datetime.datetime:
-        raise _ValueProblem("DATETIME/TIMESTAMP needs a datetime.datetime")
-    if value.tzinfo is not None:
-        raise _ValueProblem("DATETIME/TIMESTAMP values are naive (no time zone)")
-    text = value.isoformat(" ")
-    us = value.microsecond
-    if fsp is None:
-        return text
-    if fsp == 0:
-        if us:
-            raise _ValueProblem("has fractional seconds but the column's fsp is 0")
-        return text
-    if us and us % 10 ** (6 - fsp):
-        raise _ValueProblem(f"has more fractional digits than the column's fsp {fsp}")
-    return text[: 20 + fsp] if us else f"{text}.{'0' * fsp}"
-
-
-def time_text(value: Any, fsp: int | None) -> str:
-    """TIME as ``[-]HH:MM:SS[.fff]``; hours may exceed 24 (up to 838)."""
-    if type(value) is not datetime.timedelta:
-        raise _ValueProblem("TIME needs a datetime.timedelta")
-    total = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
-    sign = "-" if total < 0 else ""
-    total = abs(total)
-    secs, us = divmod(total, 1_000_000)
-    mins, s = divmod(secs, 60)
-    h, m = divmod(mins, 60)
-    text = f"{sign}{h:02d}:{m:02d}:{s:02d}"
-    if fsp is None:
-        return f"{text}.{us:06d}" if us else text
-    if fsp == 0:
-        if us:
-            raise _ValueProblem("has fractional seconds but the column's fsp is 0")
-        return text
-    if us % 10 ** (6 - fsp):
-        raise _ValueProblem(f"has more fractional digits than the column's fsp {fsp}")
-    return f"{text}.{us:06d}"[: len(text) + 1 + fsp]
-
-
-def parse_date(text: str) -> datetime.date:
-    if len(text) != 10:
-        raise ValueError(f"not a DATE: {text!r}")
-    return datetime.date.fromisoformat(text)
-
-
-def parse_datetime(text: str) -> datetime.datetime:
-    n = len(text)
-    if not (n == 19 or 21 <= n <= 26) or text[10] != " " or (n > 19 and text[19] != "."):
-        raise ValueError(f"not a DATETIME 'YYYY-MM-DD HH:MM:SS[.ffffff]': {text!r}")
-    return datetime.datetime.fromisoformat(text)
-
-
-_TIME_RE = re.compile(r"(-?)(\d{2,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?")
-
-
-def parse_time(text: str) -> datetime.timedelta:
-    m = _TIME_RE.fullmatch(text)
-    if m is None:
-        raise ValueError(f"not a TIME '[-]HH:MM:SS[.ffffff]': {text!r}")
-    sign, h, mi, s, frac = m.groups()
-    us = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
-    if us > 838 * 3_600_000_000 + 59 * 60_000_000 + 59_000_000:
-        raise ValueError(f"TIME out of range -838:59:59..838:59:59: {text!r}")
-    return datetime.timedelta(microseconds=-us if sign else us)
+_ValueProblem = ValueMismatch
+decimal_text = format_decimal
+float_text = format_float
+go_float_text = format_go_float
+date_text = format_date
+datetime_text = format_datetime
+time_text = format_time
+parse_time = functools.partial(_parse_time_any, max_us=TIME_MAX_US)
+"""canal-json's TIME: TiDB's range is enforced."""
 
 
 def enum_index_text(col: Column) -> Callable[[Any], str]:

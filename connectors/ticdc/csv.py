@@ -21,21 +21,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.connectors.ticdc.canal_json import (
-    _ValueProblem,
-    date_text,
-    datetime_text,
-    decimal_text,
-    go_float_text,
-    parse_date,
-    parse_datetime,
-    parse_time,
-    time_text,
-)
+from cdcflow.connectors.ticdc.canal_json import _bool_option as _bool
+from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, parse_time
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import BINARY_TYPES, INTEGER_TYPES, Column, TableSchema
+from cdcflow.tidb import BINARY_TYPES, INTEGER_TYPES, Column, TableSchema, parse_date, parse_datetime
+from cdcflow.tidb import ValueMismatch as _ValueProblem
+from cdcflow.tidb import format_date as date_text
+from cdcflow.tidb import format_datetime as datetime_text
+from cdcflow.tidb import format_decimal as decimal_text
+from cdcflow.tidb import format_go_float as go_float_text
+from cdcflow.tidb import format_time as time_text
 
 CODEC = "csv"
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")
@@ -46,17 +43,6 @@ _OPS = {INSERT: "I", UPDATE: "U", DELETE: "D"}
 _KINDS = {"I": INSERT, "U": UPDATE, "D": DELETE}
 # Types TiCDC writes unquoted (Go numbers); everything else is a string and gets quoted.
 _UNQUOTED_TYPES = INTEGER_TYPES | {"FLOAT", "DOUBLE", "BIT", "YEAR"}
-
-
-def _bool(plugin: str, name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1"):
-        return True
-    if text in ("false", "0", ""):
-        return False
-    raise ConfigError(plugin, name, "bool", f"expected true or false, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,18 +112,6 @@ def header_line(table: TableSchema, options: CsvOptions) -> str:
 
 
 # --------------------------------------------------------------------------- value text
-
-def _int_text(v: Any) -> str:
-    if type(v) is not int:
-        raise _ValueProblem("needs an int")
-    return str(v)
-
-
-def _str_text(v: Any) -> str:
-    if type(v) is not str:
-        raise _ValueProblem("needs a str")
-    return v
-
 
 def _formatter(col: Column, options: CsvOptions) -> Callable[[Any], str]:
     t = col.type
@@ -209,7 +183,7 @@ def _from_hex(text: str) -> bytes:
 class _Writer:
     """Per (table, options) column plan and field quoting."""
 
-    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names")
+    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts")
 
     def __init__(self, table: TableSchema, options: CsvOptions):
         self.table = table
@@ -242,6 +216,19 @@ class _Writer:
         self.prefix = {op: quote_field(op) + options.delimiter + quote_field(table.table) + options.delimiter
                        + quote_field(table.schema) for op in ("I", "U", "D")}
         self.handle_names = tuple(c.name for c in table.columns if c.handle_key)
+        self.column_texts = self._compile_column_texts()
+
+    def _compile_column_texts(self) -> Callable[[dict], list]:
+        """Compile ``row -> [field text per column]`` once per table: one list display with the
+        formatters inlined instead of a loop over columns per row."""
+        namespace: dict[str, Any] = {"null": self.options.null}
+        items = []
+        for i, (name, fn) in enumerate(self.columns):
+            namespace[f"f{i}"] = fn
+            items.append(f"null if (v{i} := row[{name!r}]) is None else f{i}(v{i})")
+        source = "def column_texts(row):\n    return [" + ", ".join(items) + "]\n"
+        exec(compile(source, "<cdcflow.csv column writer>", "exec"), namespace)
+        return namespace["column_texts"]
 
     @staticmethod
     def _field_text(col: Column, options: CsvOptions, quote_field: Callable[[str], str]) -> Callable[[Any], str]:
@@ -270,9 +257,8 @@ class _Writer:
             parts.append("true" if is_update else "false")
         if o.output_handle_key:
             parts.append(self.quote_field(self._handle_key_text(row)))
-        null = o.null
         try:
-            parts += [null if (v := row[name]) is None else fn(v) for name, fn in self.columns]
+            parts += self.column_texts(row)
         except (_ValueProblem, KeyError):
             self._raise_for(row)
         return d.join(parts) + o.terminator
@@ -365,6 +351,7 @@ class CsvDecoder:
         self.options = o = options or CsvOptions()
         self.source = source
         self._columns = tuple((c.name, _parser(c, o) or str) for c in table.columns)
+        self._convert_row = _row_converter(self._columns)
         # Columns whose text could equal the NULL text: only there quoting decides NULL vs value.
         self._null_ambiguous = tuple(i for i, c in enumerate(table.columns) if c.type not in _UNQUOTED_TYPES)
         self._fast = (len(o.delimiter) == 1 and len(o.quote) == 1 and o.terminator in ("\r\n", "\n"))
@@ -564,8 +551,7 @@ class CsvDecoder:
 
     def _row(self, fields: list, k0: int, line: int) -> dict:
         try:
-            return {name: None if v is None else conv(v)
-                    for (name, conv), v in zip(self._columns, fields[k0:])}
+            return self._convert_row(fields, k0)
         except (ValueError, ArithmeticError, TypeError):
             pass
         for i, ((name, conv), v) in enumerate(zip(self._columns, fields[k0:])):  # find the culprit
@@ -578,6 +564,23 @@ class CsvDecoder:
                                        f"{self.table.collection}.{name}: cannot read {str(v)[:80]!r} "
                                        f"as {col.type}: {e}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _row_converter(columns: tuple[tuple[str, Callable[[str], Any]], ...]) -> Callable[[list, int], dict]:
+    """Compile ``fields[k:] -> {column: native value}`` for one table: one dict display with the
+    converters inlined (text columns copied as they are), instead of a loop over columns per row."""
+    namespace: dict[str, Any] = {}
+    items = []
+    for i, (name, conv) in enumerate(columns):
+        at = f"f[k + {i}]" if i else "f[k]"
+        if conv is str:
+            items.append(f"{name!r}: {at}")
+        else:
+            namespace[f"c{i}"] = conv
+            items.append(f"{name!r}: None if (v{i} := {at}) is None else c{i}(v{i})")
+    source = "def convert_row(f, k):\n    return {" + ", ".join(items) + "}\n"
+    exec(compile(source, "<cdcflow.csv row converter>", "exec"), namespace)
+    return namespace["convert_row"]
 
 
 def decode_rows(data: bytes, table: TableSchema, options: CsvOptions | None = None,

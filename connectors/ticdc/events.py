@@ -64,6 +64,8 @@ from cdcflow.record import (  # noqa: E402
     META_COLLECTION,
     META_CONTROL,
     META_CREATED_AT,
+    META_PAYLOAD_SCHEMA_SUBJECT,
+    META_PAYLOAD_SCHEMA_VERSION,
     Operation,
     Record,
 )
@@ -79,6 +81,10 @@ META_RESOLVED_TS = "ticdc.resolved-ts"
 # be replaced by whoever serialises the payload).
 META_TABLE_SCHEMA_SUBJECT = "ticdc.table.schema.subject"
 META_TABLE_SCHEMA_VERSION = "ticdc.table.schema.version"
+# ``extra`` keys of rows a message carries only partly (canal-json, open protocol): a
+# connector fetches the full row by handle key or from the claim-check storage.
+META_ONLY_HANDLE_KEY = "ticdc.only-handle-key"
+META_CLAIM_CHECK_LOCATION = "ticdc.claim-check-location"
 CONTROL_DDL = "ddl"
 CONTROL_RESOLVED = "resolved"
 RESERVED_METADATA = frozenset({
@@ -119,41 +125,53 @@ def to_records(events, positions, store=None) -> list[Record]:
 
 def _row_record(ev: RowChange, position: bytes, store) -> Record:
     table = ev.table
-    md = {
-        META_COLLECTION: table.collection,
-        META_CREATED_AT: created_at_ns(ev.commit_ts),
-        META_COMMIT_TS: str(ev.commit_ts),
-        META_SCHEMA: table.schema,
-        META_TABLE: table.table,
-    }
-    if table.partition is not None:
-        md[META_PARTITION] = str(table.partition)
+    template, names = _row_template(table, store)
+    md = template.copy()
+    commit_ts = ev.commit_ts
+    md[META_CREATED_AT] = str((commit_ts >> 18) * 1_000_000)
+    md[META_COMMIT_TS] = str(commit_ts)
     if ev.extra:
         md.update(ev.extra)
     row = ev.row
-    key = _key_of(table, row)
+    key = None
+    if names and row is not None:
+        try:
+            key = {n: row[n] for n in names}
+        except KeyError:  # row lacks a key column (should not happen); key is then partial
+            key = {n: row[n] for n in names if n in row} or None
     kind = ev.kind
     if kind == INSERT:
-        rec = Record(position, Operation.CREATE, md, key, None, row)
-    elif kind == UPDATE:
-        rec = Record(position, Operation.UPDATE, md, key, ev.old, row)
-    elif kind == DELETE:
-        rec = Record(position, Operation.DELETE, md, key, row, None)
-    else:
-        raise ValueError(f"RowChange.kind must be insert/update/delete, not {kind!r}")
+        return Record(position, Operation.CREATE, md, key, None, row)
+    if kind == UPDATE:
+        return Record(position, Operation.UPDATE, md, key, ev.old, row)
+    if kind == DELETE:
+        return Record(position, Operation.DELETE, md, key, row, None)
+    raise ValueError(f"RowChange.kind must be insert/update/delete, not {kind!r}")
+
+
+_ROW_TEMPLATES: dict[tuple[int, int], tuple[TableSchema, object, dict, tuple[str, ...]]] = {}
+
+
+def _row_template(table: TableSchema, store) -> tuple[dict, tuple[str, ...]]:
+    """Per (table object, store): the metadata every row record of the table carries (commit
+    ts slots in place, schema references attached) and the handle-key names, built once."""
+    cache_key = (id(table), id(store))
+    hit = _ROW_TEMPLATES.get(cache_key)
+    if hit is not None and hit[0] is table and hit[1] is store:
+        return hit[2], hit[3]
+    md = {META_COLLECTION: table.collection, META_CREATED_AT: "", META_COMMIT_TS: "",
+          META_SCHEMA: table.schema, META_TABLE: table.table}
+    if table.partition is not None:
+        md[META_PARTITION] = str(table.partition)
     if store is not None:
-        _schema.attach_table(rec, table, store)
-    return rec
-
-
-def _key_of(table: TableSchema, row: dict | None) -> dict | None:
+        scratch = Record(b"", Operation.CREATE, md, None, None, None)
+        _schema.attach_table(scratch, table, store)
+        md = scratch.metadata
     names = _handle_names(table)
-    if not names or row is None:
-        return None
-    try:
-        return {n: row[n] for n in names}
-    except KeyError:  # row lacks a key column (should not happen); key is then partial
-        return {n: row[n] for n in names if n in row} or None
+    if len(_ROW_TEMPLATES) > 1024:
+        _ROW_TEMPLATES.clear()
+    _ROW_TEMPLATES[cache_key] = (table, store, md, names)
+    return md, names
 
 
 _HANDLE_NAMES: dict[int, tuple[TableSchema, tuple[str, ...]]] = {}
@@ -276,10 +294,29 @@ def _row_event(record: Record, store) -> RowChange:
         raise RecordError("TiCDC rows need structured data, got raw bytes", position=record.position)
     if old is not None and not isinstance(old, dict):
         raise RecordError("TiCDC old image needs structured data, got raw bytes", position=record.position)
-    table = _schema.table_of(record, store) if store is not None else None
+    table = _referenced_table(record, store) if store is not None else None
     if table is None:
         table = _schema.infer_table(record, row, old)
     return RowChange(table, kind, _commit_ts(record), row, old, _extra_of(record.metadata))
+
+
+_REFERENCED: dict[tuple, tuple[object, TableSchema | None]] = {}
+
+
+def _referenced_table(record: Record, store) -> TableSchema | None:
+    """``schema.table_of`` for row records, memoised per (store, subject, version, partition)."""
+    md = record.metadata
+    cache_key = (id(store), md.get(META_PAYLOAD_SCHEMA_SUBJECT), md.get(META_PAYLOAD_SCHEMA_VERSION),
+                 md.get(META_PARTITION))
+    hit = _REFERENCED.get(cache_key)
+    if hit is not None and hit[0] is store:
+        return hit[1]
+    table = _schema.table_of(record, store)
+    if cache_key[1] is not None and cache_key[2] is not None:
+        if len(_REFERENCED) > 4096:
+            _REFERENCED.clear()
+        _REFERENCED[cache_key] = (store, table)
+    return table
 
 
 def _ddl_event(record: Record, store) -> DDLEvent:

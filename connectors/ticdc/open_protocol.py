@@ -23,21 +23,27 @@ from typing import Any, Callable, Iterable, Mapping
 import orjson
 
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import BINARY_TYPES, Column, TableSchema
+from cdcflow.tidb import BINARY_TYPES, Column, TableSchema, parse_date, parse_datetime
+from cdcflow.tidb import format_date as date_text
+from cdcflow.tidb import format_datetime as datetime_text
+from cdcflow.tidb import format_decimal as decimal_text
+from cdcflow.tidb import format_time as time_text
 
 # TiDB's text forms of DECIMAL and temporal values have one implementation, shared
 # by the text codecs; open protocol writes the same text inside JSON strings.
-from .canal_json import (
-    date_text,
-    datetime_text,
-    decimal_text,
-    parse_date,
-    parse_datetime,
-    parse_time,
-    time_text,
-)
+from .canal_json import parse_time
 from .errors import CodecError, MalformedMessage, UnrepresentableValue, UnsupportedEvent
-from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange
+from .events import (
+    DELETE,
+    INSERT,
+    META_CLAIM_CHECK_LOCATION,
+    META_ONLY_HANDLE_KEY,
+    UPDATE,
+    DDLEvent,
+    Event,
+    ResolvedEvent,
+    RowChange,
+)
 
 CODEC = "open-protocol"
 BATCH_VERSION = 1
@@ -81,8 +87,8 @@ _STRING_CODES = frozenset({15, 253, 254})
 
 # Extra metadata (``ticdc.*``) for key fields the event model has no slot for.
 EXTRA_ROW_ID = "ticdc.row-id"
-EXTRA_ONLY_HANDLE_KEY = "ticdc.only-handle-key"
-EXTRA_CLAIM_CHECK = "ticdc.claim-check-location"
+EXTRA_ONLY_HANDLE_KEY = META_ONLY_HANDLE_KEY
+EXTRA_CLAIM_CHECK = META_CLAIM_CHECK_LOCATION
 
 # Kafka's per-record overhead TiCDC adds when sizing a message, and its per-row slack.
 _RECORD_OVERHEAD = 36

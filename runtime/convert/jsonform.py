@@ -26,7 +26,6 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable
 
 import orjson
-import datetime as _dt
 
 from ..avro_values import Codec, INT64_MIN
 from ..errors import ConversionError, SchemaError
@@ -44,15 +43,12 @@ from .schemaref import (
     refs_for,
 )
 from .textforms import (
+    TEXT_FORMS,
     b64,
-    date_text,
-    datetime_text,
-    decimal_text,
     parse_date,
     parse_datetime,
     parse_decimal,
     parse_time,
-    time_text,
     unb64,
 )
 
@@ -84,16 +80,9 @@ def jsonable(value: Any, path: str = "$") -> Any:
         return out
     if t is list:
         return [jsonable(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if t is bytes:
-        return b64(value)
-    if t is Decimal:
-        return decimal_text(value)
-    if t is _dt.datetime:
-        return datetime_text(value)
-    if t is _dt.date:
-        return date_text(value)
-    if t is _dt.timedelta:
-        return time_text(value)
+    text_form = TEXT_FORMS.get(t)
+    if text_form is not None:
+        return text_form(value)
     raise ConversionError(f"unsupported value type {t.__name__}", path=path, value=value)
 
 

@@ -148,7 +148,8 @@ def from_proto(pbs: Iterable[PbRecord], store: SchemaStore | None = None) -> lis
     out = []
     append = out.append
     for pb in pbs:
-        metadata = dict(pb.metadata)
+        pb_metadata = pb.metadata
+        metadata = {k: pb_metadata[k] for k in pb_metadata}  # faster than dict() on a pb map
         try:
             operation = _OPERATIONS[pb.operation]
         except IndexError:

@@ -18,15 +18,13 @@ lossless transport.
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
-from decimal import Decimal
 from typing import Any
 
 from google.protobuf import struct_pb2
 
 from ..errors import ConversionError
-from .textforms import b64, date_text, datetime_text, decimal_text, time_text
+from .textforms import TEXT_FORMS
 
 MAX_SAFE_INT = 1 << 53
 
@@ -61,16 +59,9 @@ def plain(value: Any, path: str = "$") -> Any:
         return out
     if t is list:
         return [plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if t is bytes:
-        return b64(value)
-    if t is Decimal:
-        return decimal_text(value)
-    if t is _dt.datetime:
-        return datetime_text(value)
-    if t is _dt.date:
-        return date_text(value)
-    if t is _dt.timedelta:
-        return time_text(value)
+    text_form = TEXT_FORMS.get(t)
+    if text_form is not None:
+        return text_form(value)
     raise ConversionError(f"unsupported value type {t.__name__}", path=path, value=value)
 
 

@@ -1,7 +1,7 @@
 """TiDB's text forms of values JSON cannot hold: dates, times, decimals, bytes.
 
 Shared by the JSON form and the Struct form so a value is written the same
-way in both: ``2020-02-20``, ``2020-02-20 02:20:20.123456`` (fraction only
+way in both (the rules themselves are ``cdcflow.tidb``'s): ``2020-02-20``, ``2020-02-20 02:20:20.123456`` (fraction only
 when non-zero), TIME ``-838:59:59[.ffffff]``, Decimal keeping its scale,
 bytes as standard base64.
 """
@@ -11,13 +11,14 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as _dt
-import re
+from typing import Any
 from decimal import Decimal, InvalidOperation
 
 from ..errors import ConversionError
-
-_US = _dt.timedelta(microseconds=1)
-_TIME = re.compile(r"(-)?(\d+):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?\Z")
+from ..tidb import format_date, format_datetime, format_time
+from ..tidb import parse_date as _parse_date
+from ..tidb import parse_datetime as _parse_datetime
+from ..tidb import parse_time as _parse_time
 
 
 def b64(data: bytes) -> str:
@@ -32,23 +33,16 @@ def unb64(text: str, path: str = "") -> bytes:
 
 
 def date_text(value: _dt.date) -> str:
-    return value.isoformat()
+    return format_date(value)
 
 
 def datetime_text(value: _dt.datetime) -> str:
-    return value.isoformat(sep=" ")
+    return format_datetime(value)
 
 
 def time_text(value: _dt.timedelta) -> str:
     """TiDB TIME text; hours may exceed 24 and the value may be negative."""
-    us = value // _US
-    sign = "-" if us < 0 else ""
-    us = abs(us)
-    seconds, fraction = divmod(us, 1_000_000)
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    text = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
-    return f"{text}.{fraction:06d}" if fraction else text
+    return format_time(value)
 
 
 def decimal_text(value: Decimal) -> str:
@@ -60,25 +54,23 @@ def decimal_text(value: Decimal) -> str:
 
 def parse_date(text: str, path: str = "") -> _dt.date:
     try:
-        return _dt.date.fromisoformat(text)
+        return _parse_date(text)
     except (ValueError, TypeError):
         raise ConversionError(f"invalid date {text!r}", path=path or None, value=text) from None
 
 
 def parse_datetime(text: str, path: str = "") -> _dt.datetime:
     try:
-        return _dt.datetime.fromisoformat(text)
+        return _parse_datetime(text)
     except (ValueError, TypeError):
         raise ConversionError(f"invalid datetime {text!r}", path=path or None, value=text) from None
 
 
 def parse_time(text: str, path: str = "") -> _dt.timedelta:
-    m = _TIME.match(text) if isinstance(text, str) else None
-    if m is None:
-        raise ConversionError(f"invalid TIME {text!r}", path=path or None, value=text)
-    sign, h, mi, s, frac = m.groups()
-    us = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
-    return _dt.timedelta(microseconds=-us if sign else us)
+    try:
+        return _parse_time(text)
+    except (ValueError, TypeError):
+        raise ConversionError(f"invalid TIME {text!r}", path=path or None, value=text) from None
 
 
 def parse_decimal(text: str, path: str = "") -> Decimal:
@@ -86,3 +78,9 @@ def parse_decimal(text: str, path: str = "") -> Decimal:
         return Decimal(text)
     except (InvalidOperation, TypeError, ValueError):
         raise ConversionError(f"invalid decimal {text!r}", path=path or None, value=text) from None
+
+
+TEXT_FORMS: dict[type, Any] = {
+    bytes: b64, Decimal: decimal_text, _dt.datetime: datetime_text, _dt.date: date_text, _dt.timedelta: time_text,
+}
+"""Native type -> its text writer, for the values JSON has no type for (exact type match)."""

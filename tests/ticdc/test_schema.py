@@ -95,8 +95,19 @@ from cdcflow import tidb  # noqa: E402
 def test_text_forms_golden():
     assert tidb.format_time(datetime.timedelta(hours=-838, minutes=-59, seconds=-59)) == "-838:59:59"
     assert tidb.format_time(datetime.timedelta(hours=838, minutes=59, seconds=59), 6) == "838:59:59.000000"
-    assert tidb.format_time(datetime.timedelta(microseconds=-1500), 3) == "-00:00:00.001"
-    assert tidb.format_datetime(datetime.datetime(2020, 2, 20, 2, 20, 20, 123456), 3) == "2020-02-20 02:20:20.123"
+    assert tidb.format_time(datetime.timedelta(microseconds=-1000), 3) == "-00:00:00.001"
+    assert tidb.format_datetime(datetime.datetime(2020, 2, 20, 2, 20, 20, 123000), 3) == "2020-02-20 02:20:20.123"
+    # a fraction finer than the column's fsp would be lost: raise, never cut
+    with pytest.raises(ValueError):
+        tidb.format_time(datetime.timedelta(microseconds=-1500), 3)
+    with pytest.raises(ValueError):
+        tidb.format_datetime(datetime.datetime(2020, 2, 20, 2, 20, 20, 123456), 3)
+    for bad_date in ("2020-W01-1", "20200220", "2020-02-2x"):
+        with pytest.raises(ValueError):
+            tidb.parse_date(bad_date)
+    for bad_dt in ("2020-02-20T02:20:20", "2020-02-20 02:20:20+00:00", "2020-02-20 02:20:20."):
+        with pytest.raises(ValueError):
+            tidb.parse_datetime(bad_dt)
     assert tidb.format_datetime(datetime.datetime(2020, 2, 20, 2, 20, 20), None) == "2020-02-20 02:20:20"
     assert tidb.format_decimal(Decimal("0E-30")) == "0." + "0" * 30
     assert tidb.parse_time("-838:59:59.5") == -datetime.timedelta(hours=838, minutes=59, seconds=59.5)
