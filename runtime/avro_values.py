@@ -227,10 +227,14 @@ class _Deriver:
                     break
                 if ek == key or {ek, key} == {"long", "bytes"} and _is_int_kind(existing) and _is_int_kind(nb):
                     merged = self._merge_same(existing, nb, path)
-                    if merged in branches[:i] + branches[i + 1:]:
-                        del branches[i]  # another branch already is the merged type
+                    rest = branches[:i] + branches[i + 1:]
+                    if rest:
+                        # the merged type may now collide with another branch (two decimals of
+                        # different scales become decimal text, a string): merge it in again
+                        combined = self.merge(rest if len(rest) > 1 else rest[0], merged, path)
+                        branches = list(combined) if isinstance(combined, list) else [combined]
                     else:
-                        branches[i] = merged
+                        branches = [merged]
                     break
             else:
                 branches.append(nb)

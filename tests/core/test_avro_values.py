@@ -190,3 +190,17 @@ def test_codecs_are_cached_and_bad_schemas_typed():
         Codec("{not json")
     with pytest.raises(SchemaError):
         Codec({"type": "record", "name": "R", "fields": [{"name": "a", "type": "nosuchtype"}]})
+
+
+def test_merged_branch_that_collides_with_another_is_refused():
+    """Two decimals of different scales merge into decimal text, a string: beside a str
+    in the same list Avro cannot tell the branches apart, so deriving must refuse."""
+    from decimal import Decimal
+
+    import pytest
+
+    from cdcflow.avro_values import derive_schema
+    from cdcflow.errors import ConversionError
+
+    with pytest.raises(ConversionError, match="cannot be told apart"):
+        derive_schema({"l": ["", Decimal("0E-30"), Decimal("0.00")]})
