@@ -1,0 +1,290 @@
+"""The ``storage`` source: reads the TiCDC storage sink layout like TiCDC's storage consumer.
+
+One partition per (schema, table[, partition id]): its versions are read in
+order, each with its own schema file (checksum verified), a DDL control record
+before the rows of a version whose schema file carries a statement, data files
+in index order. Positions are ``version|date|index|row`` (``row`` = 1-based
+row ordinal in the file; for canal-json that is the line) or ``version|ddl``,
+so a restart continues exactly after the last acknowledged record.
+
+A bad line (wrong column count, undecodable value) or a missing / mismatching
+schema file raises ``StorageReadError`` naming file and line: a source cannot
+nack, and skipping would lose rows silently. See docs/connector-storage.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping, Sequence
+
+from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
+from cdcflow.connectors.ticdc.csv import CsvDecoder
+from cdcflow.connectors.ticdc.errors import CodecError
+from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_record
+from cdcflow.errors import CdcflowError, RecordError
+from cdcflow.record import Record
+from cdcflow.sdk import Source
+from cdcflow.tidb import TableSchema
+
+from . import layout, schemafile
+from .settings import StorageSettings, resolve
+from .writer import FileStore, read_checkpoint
+
+
+class StorageReadError(RecordError):
+    """A data or schema file cannot be read; names the file and line."""
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class _Cursor:
+    version: int
+    kind: int  # 0 = the version's DDL, 1 = data
+    date: str = ""
+    index: int = 0
+    row: int = 0
+
+    def encode(self) -> bytes:
+        if self.kind == 0:
+            return f"{self.version}|ddl".encode()
+        return f"{self.version}|{self.date}|{self.index}|{self.row}".encode()
+
+    @classmethod
+    def decode(cls, position: bytes) -> "_Cursor":
+        try:
+            parts = position.decode("ascii").split("|")
+            if len(parts) == 2 and parts[1] == "ddl":
+                return cls(int(parts[0]), 0)
+            v, date, index, row = parts
+            return cls(int(v), 1, date, int(index), int(row))
+        except (UnicodeDecodeError, ValueError):
+            raise CdcflowError(f"storage source: position {position!r} is not version|date|index|row") from None
+
+
+def discover_streams(files: FileStore, settings: StorageSettings, tables: set[str] | None = None) -> list[str]:
+    """Partition ids ``schema/table`` or ``schema/table/partition`` of everything under the root."""
+    out = []
+    for schema, is_dir in sorted(files.listdir("")):
+        if not is_dir or schema == layout.INDEX_DIR:
+            continue
+        for table, tdir in sorted(files.listdir(schema)):
+            if not tdir or table == layout.INDEX_DIR or (tables and f"{schema}.{table}" not in tables):
+                continue
+            pids: set[str] = set()
+            for version, vdir in files.listdir(f"{schema}/{table}"):
+                if vdir and version.isdigit():
+                    pids.update(_partition_dirs(files, settings, f"{schema}/{table}/{version}"))
+            if pids:
+                out += [f"{schema}/{table}/{p}" for p in sorted(pids, key=int)]
+            else:
+                out.append(f"{schema}/{table}")
+    return out
+
+
+def _partition_dirs(files: FileStore, settings: StorageSettings, version_dir: str) -> list[str]:
+    if not settings.partition_separator:
+        return []
+    out = []
+    for name, is_dir in files.listdir(version_dir):
+        if not is_dir or not name.isdigit() or name == layout.INDEX_DIR:
+            continue
+        if settings.date_separator == "none":
+            out.append(name)
+        elif not layout.is_date_dir(name, settings.date_separator) or any(
+                d and layout.is_date_dir(n, settings.date_separator)
+                for n, d in files.listdir(f"{version_dir}/{name}")):
+            out.append(name)  # a partition directory holds date directories
+    return out
+
+
+class StorageSource(Source):
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        self.settings: StorageSettings = resolve(config)
+        self.stop_at_checkpoint = bool(config.get("stop-at-checkpoint") or False)
+        poll = config.get("poll-interval")
+        self.poll_interval = 1.0 if poll is None else float(poll)
+        names = str(config.get("tables") or "")
+        self.tables = {t.strip() for t in names.split(",") if t.strip()} or None
+        self._files: FileStore | None = None
+
+    def _store_files(self) -> FileStore:
+        if self._files is None:
+            s = self.settings
+            self._files = FileStore(s.open_filesystem(), s.root, s.protocol == "file")
+        return self._files
+
+    def partitions(self) -> Sequence[str]:
+        return discover_streams(self._store_files(), self.settings, self.tables) or [""]
+
+    def open(self, position: bytes | None, partition: str = "") -> None:
+        from cdcflow.schemas import default_store
+
+        self._schema_store = default_store()
+        self.files = self._store_files()
+        parts = partition.split("/") if partition else []
+        self.schema, self.table = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+        self.partition_id = parts[2] if len(parts) == 3 else None
+        self.cursor = _Cursor.decode(position) if position else _Cursor(-1, 1)
+        self._last = position or None
+        self._pending: list[tuple[_Cursor, Any]] = []  # decoded, not yet returned
+        self._schema_files: dict[int, schemafile.SchemaFile] = {}
+        self._next_scan = 0.0
+        self._done = False
+        self._read_rows: dict[tuple, int] = {}  # rows of the file being read
+        self.checkpoint = read_checkpoint(self.files) if self.stop_at_checkpoint else None
+        if self.stop_at_checkpoint and self.checkpoint is None:
+            raise CdcflowError(f"storage source: stop-at-checkpoint is set but {self.files.full('metadata')} "
+                               "does not exist")
+
+    # ------------------------------------------------------------------ discovery
+    def _versions(self) -> list[int]:
+        versions = {int(n) for n, d in self.files.listdir(f"{self.schema}/{self.table}") if d and n.isdigit()}
+        for name, _ in self.files.listdir(layout.table_schema_dir(self.schema, self.table)):
+            parsed = schemafile.parse_name(name)
+            if parsed is not None:
+                versions.add(parsed[0])
+        return sorted(versions)
+
+    def _schema_file(self, version: int) -> schemafile.SchemaFile:
+        hit = self._schema_files.get(version)
+        if hit is not None:
+            return hit
+        sdir = layout.table_schema_dir(self.schema, self.table)
+        names = [n for n, _ in self.files.listdir(sdir) if (p := schemafile.parse_name(n)) and p[0] == version]
+        if not names:
+            raise StorageReadError(f"storage: no schema file schema_{version}_*.json in "
+                                   f"{self.files.full(sdir)} for table version {version}")
+        path = f"{sdir}/{sorted(names)[-1]}"
+        try:
+            sf = schemafile.parse(self.files.full(path), self.files.read(path) or b"")
+        except schemafile.SchemaFileError as e:
+            raise StorageReadError(str(e)) from None
+        if sf.table is None or sf.schema != self.schema or sf.table_name != self.table:
+            raise StorageReadError(f"storage: {self.files.full(path)} describes {sf.schema}.{sf.table_name}, "
+                                   f"not {self.schema}.{self.table}")
+        table = sf.table
+        if self.partition_id is not None:
+            table = dataclasses.replace(table, partition=int(self.partition_id))
+        sf = dataclasses.replace(sf, table=table)
+        self._schema_files[version] = sf
+        return sf
+
+    def _data_files(self, version: int) -> list[tuple[str, int, str]]:
+        """(date, index, relative path) of a version's data files, in reading order."""
+        base = f"{self.schema}/{self.table}/{version}"
+        if self.partition_id is not None:
+            base += f"/{self.partition_id}"
+        ext = self.settings.extension
+        dirs = [("", base)]
+        if self.settings.date_separator != "none":
+            dirs = sorted((n, f"{base}/{n}") for n, d in self.files.listdir(base)
+                          if d and layout.is_date_dir(n, self.settings.date_separator))
+        out = []
+        for date, rel in dirs:
+            for name, is_dir in self.files.listdir(rel):
+                parsed = layout.parse_data_file(name)
+                if parsed is not None and not is_dir and parsed[1] == ext:
+                    out.append((date, parsed[0], f"{rel}/{name}"))
+        out.sort()
+        return out
+
+    def _scan(self) -> bool:
+        """Queue the next file's (or DDL's) records after the cursor; False when nothing new exists."""
+        c = self.cursor
+        for version in self._versions():
+            if version < c.version:
+                continue
+            if self.checkpoint is not None and version >= self.checkpoint:
+                break
+            sf = self._schema_file(version)
+            if version > c.version and sf.query:
+                ev = DDLEvent(self.schema, self.table, sf.query, version, sf.ddl_type or None, sf.table)
+                self._pending.append((_Cursor(version, 0), ev))
+                return True
+            for date, index, rel in self._data_files(version):
+                at = _Cursor(version, 1, date, index, 0)
+                if (version, 1, date, index) < (c.version, c.kind, c.date, c.index):
+                    continue
+                key = (version, date, index)
+                skip = c.row if (version, 1, date, index) == (c.version, c.kind, c.date, c.index) else 0
+                if skip and key in self._read_rows and self._read_rows[key] <= skip:
+                    continue  # files never change: this one is fully read
+                events = self._decode(rel, sf.table)
+                self._read_rows = {key: len(events)}
+                if len(events) <= skip:
+                    continue
+                for k in range(skip, len(events)):
+                    self._pending.append((dataclasses.replace(at, row=k + 1), events[k]))
+                self._pending.reverse()  # popped from the end
+                return True
+        return False
+
+    def _decode(self, rel: str, table: TableSchema) -> list:
+        data = self.files.read(rel) or b""
+        full = self.files.full(rel)
+        s = self.settings
+        try:
+            if s.format == "csv":
+                return CsvDecoder(table, s.csv, source=full).decode(data)
+            # Schema files carry no ENUM/SET members: for those columns the message's mysqlType knows more.
+            hint = dataclasses.replace(table, columns=tuple(
+                c for c in table.columns if c.type not in ("ENUM", "SET") or c.elements), index={})
+            decoder = CanalJsonDecoder({table.collection: hint})
+            term = s.csv.terminator.encode()
+            lines = data.split(term)
+            if lines and not lines[-1]:
+                lines.pop()
+            out = []
+            for n, line in enumerate(lines, 1):
+                try:
+                    ev = decoder.decode(line)
+                except CodecError as e:
+                    raise StorageReadError(f"storage: {full} line {n}: {e}") from None
+                if type(ev) is RowChange and self.partition_id is not None:
+                    ev.table = dataclasses.replace(ev.table, partition=int(self.partition_id))
+                out.append(ev)
+            return out
+        except CodecError as e:
+            raise StorageReadError(f"storage: {e}") from None
+
+    # ------------------------------------------------------------------ read
+    def read(self, max_records: int) -> list[Record] | None:
+        if not self.schema:
+            return None if self.stop_at_checkpoint else []
+        out: list[Record] = []
+        pending = self._pending
+        while len(out) < max_records:
+            if not pending:
+                if out:
+                    break
+                if self._done:
+                    return None
+                now = time.monotonic()
+                if now < self._next_scan:
+                    return []
+                if not self._scan():
+                    if self.stop_at_checkpoint:
+                        self._done = True
+                        return None
+                    self._next_scan = now + self.poll_interval
+                    return []
+                if self.stop_at_checkpoint:
+                    keep = [(c, e) for c, e in pending
+                            if not (type(e) is RowChange and e.commit_ts and e.commit_ts >= self.checkpoint)]
+                    if len(keep) != len(pending):  # a table's commit ts only grow: the rest is later still
+                        self._done = True
+                    pending[:] = keep
+                continue
+            cursor, ev = pending.pop()
+            self.cursor = cursor
+            out.append(to_record(ev, cursor.encode(), self._schema_store))
+        if out:
+            self._last = out[-1].position
+        return out
+
+    def stop(self) -> bytes | None:
+        return self._last
+
+
+__all__ = ["StorageSource", "StorageReadError", "discover_streams"]
