@@ -86,6 +86,7 @@ class SchemaStore:
             raise SchemaError("subject must not be empty")
         canon = canonical(text) if type == AVRO else text
         fp = hashlib.sha256(f"{type}\0{canon}".encode()).hexdigest()
+        version: int | None = None
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
@@ -103,18 +104,20 @@ class SchemaStore:
                     ).fetchone()
                     if hit is not None:
                         db.execute("COMMIT")
-                        return self.get(subject, hit[0])
-                (last,) = db.execute(
-                    "SELECT COALESCE(MAX(version), 0) FROM versions WHERE subject=?", (subject,)
-                ).fetchone()
-                db.execute(
-                    "INSERT INTO versions(subject, version, schema_id) VALUES (?,?,?)", (subject, last + 1, sid)
-                )
-                db.execute("COMMIT")
+                        version = hit[0]
+                if version is None:
+                    (last,) = db.execute(
+                        "SELECT COALESCE(MAX(version), 0) FROM versions WHERE subject=?", (subject,)
+                    ).fetchone()
+                    version = last + 1
+                    db.execute(
+                        "INSERT INTO versions(subject, version, schema_id) VALUES (?,?,?)", (subject, version, sid)
+                    )
+                    db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        return self.get(subject, last + 1)
+        return self.get(subject, version)  # outside the lock: get() takes it too
 
     def set_compatibility(self, subject: str | None, level: str) -> None:
         with self._lock:

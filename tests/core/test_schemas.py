@@ -59,3 +59,16 @@ def test_ids_from_one_sequence_across_processes(tmp_path):
     [t.start() for t in ts]
     [t.join() for t in ts]
     assert sorted(ids) == list(range(1, 41))
+
+
+def test_registering_an_existing_schema_from_a_second_process_returns(tmp_path):
+    """A second store on the same file (another executor) registering a schema the first
+    already stored must return the existing version, not block on its own lock."""
+    path = tmp_path / "s.db"
+    first = SchemaStore(path).register("t-value", A)
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(SchemaStore(path).register("t-value", A_SPACED)))
+    t.start()
+    t.join(timeout=10)
+    assert not t.is_alive(), "register deadlocked"
+    assert result == [first]
