@@ -1,0 +1,269 @@
+"""The ``kafka`` destination: records → TiCDC messages (or opencdc-json) on Kafka.
+
+Dispatch is TiCDC's (``dispatch``): rows by the topic rule and partition
+dispatcher; DDL and resolved events broadcast to every partition (open
+protocol, Avro watermarks), canal-json DDL to partition 0 and watermarks
+everywhere when the extension is on. A batch is encoded first, then produced
+on an idempotent producer; ``write`` returns after every delivery report, and a
+record is written only when all messages it went into were delivered. Records
+that cannot be encoded, exceed ``max-message-bytes`` or whose schema the
+registry refuses (409) are that record's error → DLQ with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Sequence
+
+import orjson
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cdcflow.convert import jsonform
+from cdcflow.errors import CdcflowError
+from cdcflow.record import META_COLLECTION, Record
+from cdcflow.sdk import Destination
+
+from ..ticdc.events import META_SCHEMA, META_TABLE, DDLEvent, ResolvedEvent, RowChange, from_record
+from .codecs import encoder_for
+from .dispatch import dispatcher, table_hash, topic_for
+from .settings import PLUGIN, KafkaSettings, client_config, resolve
+
+log = logging.getLogger("cdcflow.connectors.kafka.destination")
+
+_FRAME_SLACK = 512  # librdkafka's per-message overhead we allow on top of max-message-bytes
+
+
+class KafkaDestinationError(CdcflowError):
+    """The batch could not be produced at all (broker unreachable, topic cannot be created)."""
+
+
+def _schema_table(r: Record) -> tuple[str, str]:
+    md = r.metadata
+    schema, table = md.get(META_SCHEMA), md.get(META_TABLE)
+    if schema is None:
+        coll = md.get(META_COLLECTION) or ""
+        schema, _, table = coll.partition(".") if "." in coll else ("", "", coll)
+    return schema or "", table or ""
+
+
+class KafkaDestination(Destination):
+    def configure(self, config) -> None:
+        super().configure(config)
+        self.settings: KafkaSettings = resolve(config, "destination")
+        self._producer: Producer | None = None
+
+    def open(self) -> None:
+        s = self.settings
+        from cdcflow.schemas import default_store
+
+        self._store = default_store()
+        self._encoder = encoder_for(s)
+        registry = getattr(self._encoder, "registry", None)
+        if hasattr(registry, "check_reachable"):
+            registry.check_reachable()  # as TiCDC: an unreachable registry fails at start, not per record
+        self._dispatch = dispatcher(s.partition, s.columns)
+        self._producer = Producer(client_config(
+            s, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                  "message.max.bytes": min(1_000_000_000, s.max_message_bytes + _FRAME_SLACK),
+                  "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000}))
+        self._admin = AdminClient(client_config(s))
+        self._partitions: dict[str, int] = {}  # topic -> partition count
+
+    # -- topics --------------------------------------------------------------------------
+    def _partition_count(self, topic: str) -> int:
+        n = self._partitions.get(topic)
+        if n is not None:
+            return n
+        md = self._producer.list_topics(topic, timeout=10)
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            futures = self._admin.create_topics([NewTopic(topic, self.settings.partition_num)], operation_timeout=10)
+            try:
+                futures[topic].result(15)
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: cannot create topic "
+                                                f"{topic!r} on {self.settings.servers}: {e}") from None
+            deadline = time.monotonic() + 10
+            while True:
+                tmd = self._producer.list_topics(topic, timeout=10).topics.get(topic)
+                if tmd is not None and tmd.error is None and tmd.partitions:
+                    break
+                if time.monotonic() > deadline:
+                    raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: topic {topic!r} has no "
+                                                "partitions after creating it")
+                time.sleep(0.05)
+        n = self._partitions[topic] = len(tmd.partitions)
+        return n
+
+    def _broadcast_topics(self) -> list[str]:
+        """Topics a resolved event goes to: every topic written so far, plus a static topic."""
+        topics = set(self._partitions)
+        if "{" not in self.settings.topic_rule:
+            topics.add(self.settings.topic_rule)
+        return sorted(topics)
+
+    # -- encoding ------------------------------------------------------------------------
+    def _plan(self, records: Sequence[Record], errors: list[str | None]) -> list[tuple[str, int, Any, Any, list[int]]]:
+        """Messages to produce: (topic, partition, key, value, indexes of the records they carry)."""
+        s = self.settings
+        proto = s.protocol
+        out: list[tuple[str, int, Any, Any, list[int]]] = []
+        open_rows: dict[tuple[str, int], list[tuple[int, RowChange]]] = {}
+        max_bytes = s.max_message_bytes
+
+        def emit(topic: str, part: int, key: Any, value: Any, idxs: list[int]) -> None:
+            size = (len(key) if key else 0) + (len(value) if value else 0)
+            if size > max_bytes:
+                for i in idxs:
+                    errors[i] = (f"message of {size} bytes for {topic}[{part}] exceeds max-message-bytes "
+                                 f"{max_bytes}")
+                return
+            out.append((topic, part, key, value, idxs))
+
+        def flush_open_rows() -> None:
+            for (topic, part), rows in open_rows.items():
+                self._encode_open_rows(topic, part, rows, errors, emit)
+            open_rows.clear()
+
+        for i, r in enumerate(records):
+            try:
+                if proto == "opencdc-json":
+                    self._plan_opencdc(i, r, emit)
+                    continue
+                ev = from_record(r, self._store)
+                t = type(ev)
+                if t is RowChange:
+                    topic = topic_for(s.topic_rule, ev.table.schema, ev.table.table)
+                    part = self._dispatch(ev, self._partition_count(topic))
+                    if proto == "open-protocol":
+                        open_rows.setdefault((topic, part), []).append((i, ev))
+                    elif proto == "avro":
+                        msg = self._encoder.encode_one(ev, topic)
+                        emit(topic, part, msg[0], msg[1], [i])
+                    else:
+                        emit(topic, part, None, self._encoder.encode(ev), [i])
+                    continue
+                # control events keep their place: rows before them go out first
+                flush_open_rows()
+                self._plan_control(i, ev, emit)
+            except KafkaDestinationError:
+                raise
+            except Exception as e:  # noqa: BLE001 - one record's problem goes to the DLQ with its reason
+                errors[i] = f"{type(e).__name__}: {e}"
+        flush_open_rows()
+        return out
+
+    def _encode_open_rows(self, topic, part, rows, errors, emit) -> None:
+        enc = self._encoder
+        size = self.settings.max_batch_size
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            try:
+                msgs = enc.encode([ev for _, ev in chunk])
+            except Exception:  # noqa: BLE001 - find the bad rows one by one, keep the good ones
+                for i, ev in chunk:
+                    try:
+                        for k, v in enc.encode([ev]):
+                            emit(topic, part, k, v, [i])
+                    except Exception as e:  # noqa: BLE001
+                        errors[i] = f"{type(e).__name__}: {e}"
+                continue
+            idxs = [i for i, _ in chunk]
+            for k, v in msgs:
+                emit(topic, part, k, v, idxs)
+
+    def _plan_control(self, i: int, ev: DDLEvent | ResolvedEvent, emit) -> None:
+        s = self.settings
+        proto = s.protocol
+        if proto == "avro":
+            msg = self._encoder.encode_one(ev, "")
+            if msg is None:
+                return  # TiCDC's Avro carries DDL/checkpoints only with avro-enable-watermark
+            key, value = msg
+        elif proto == "canal-json":
+            if type(ev) is ResolvedEvent and not s.enable_tidb_extension:
+                return  # watermarks exist only with the extension
+            key, value = None, self._encoder.encode(ev)
+        else:
+            (key, value), = self._encoder.encode([ev])
+        if type(ev) is DDLEvent and ev.table_name:
+            topics = [topic_for(s.topic_rule, ev.schema, ev.table_name)]
+        else:
+            topics = self._broadcast_topics()
+        for topic in topics:
+            n = self._partition_count(topic)
+            parts = [0] if (proto == "canal-json" and type(ev) is DDLEvent) else range(n)
+            for p in parts:
+                emit(topic, p, key, value, [i])
+
+    def _plan_opencdc(self, i: int, r: Record, emit) -> None:
+        s = self.settings
+        schema, table = _schema_table(r)
+        topic = topic_for(s.topic_rule, schema, table)
+        n = self._partition_count(topic)
+        value = jsonform.dumps_record(r, self._store)
+        key = r.key if isinstance(r.key, bytes) else (
+            orjson.dumps(r.key, option=orjson.OPT_SORT_KEYS, default=str) if r.key is not None else None)
+        if s.partition == "ts":
+            part = int(r.metadata.get("ticdc.commit-ts", "0") or 0) % n
+        elif s.partition in ("default", "table"):
+            part = table_hash(schema, table) % n
+        else:  # key-based: the key's bytes stand for the handle key
+            import zlib
+
+            part = zlib.crc32(key or b"", table_hash(schema, table)) % n
+        emit(topic, part, key, value, [i])
+
+    # -- writing -------------------------------------------------------------------------
+    def write(self, records: Sequence[Record]) -> Sequence[str | None] | None:
+        if self._producer is None:
+            raise CdcflowError(f"kafka destination {self.id or PLUGIN}: write before open")
+        errors: list[str | None] = [None] * len(records)
+        messages = self._plan(records, errors)
+        producer = self._producer
+        pending = [0]
+
+        def report(idxs):
+            def on_delivery(err, msg):
+                pending[0] -= 1
+                if err is not None:
+                    why = (f"delivery to {msg.topic()}[{msg.partition()}] failed: {err.str()}")
+                    for i in idxs:
+                        if errors[i] is None:
+                            errors[i] = why
+            return on_delivery
+
+        for topic, part, key, value, idxs in messages:
+            cb = report(idxs)
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, partition=part, on_delivery=cb)
+                    pending[0] += 1
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+                except KafkaException as e:
+                    why = f"produce to {topic}[{part}] refused: {e}"
+                    for i in idxs:
+                        errors[i] = errors[i] or why
+                    break
+        deadline = time.monotonic() + self.settings.delivery_timeout
+        while pending[0] > 0:
+            producer.flush(0.5)
+            if pending[0] > 0 and time.monotonic() > deadline:
+                raise KafkaDestinationError(
+                    f"kafka destination {self.id or PLUGIN}: {pending[0]} messages undelivered after "
+                    f"{self.settings.delivery_timeout:g}s (brokers {self.settings.servers})")
+        return errors if any(e is not None for e in errors) else None
+
+    def stop(self, last_position: bytes | None) -> None:
+        if self._producer is not None:
+            self._producer.flush(self.settings.delivery_timeout)
+
+    def teardown(self) -> None:
+        producer, self._producer = getattr(self, "_producer", None), None
+        if producer is not None:
+            producer.flush(10)

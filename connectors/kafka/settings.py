@@ -1,0 +1,311 @@
+"""Settings of the ``kafka`` connector: TiCDC sink URI plus discrete settings.
+
+A TiCDC user already has a sink URI (``kafka://host:port/topic?protocol=avro&...``);
+accepting it unchanged makes cdcflow a drop-in consumer/producer. Discrete
+settings with the same names win over the URI, so one URI can be shared and
+tweaked per connector. Every combination TiCDC refuses is refused here too,
+before anything connects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from cdcflow.errors import ConfigError
+from cdcflow.params import Parameter, ParamType
+
+PLUGIN = "kafka"
+PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json")
+DISPATCHERS = ("default", "table", "ts", "index-value", "rowid", "columns")
+CONSISTENCY = ("row", "transaction")
+READ_FROM = ("earliest", "latest")
+DEFAULT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024  # TiCDC's default
+DEFAULT_PARTITION_NUM = 3  # TiCDC creates missing topics with 3 partitions
+
+# URI query parameters that are TiCDC sink options with a cdcflow setting of the same name
+_URI_OPTIONS = (
+    "protocol", "enable-tidb-extension", "avro-decimal-handling-mode", "avro-bigint-unsigned-handling-mode",
+    "avro-enable-watermark", "schema-registry", "max-message-bytes", "partition-num", "max-batch-size",
+    "content-compatible", "only-output-updated-columns", "partition", "columns",
+)
+# URI query parameters TiCDC knows that map onto librdkafka properties
+_URI_CLIENT = {
+    "sasl-user": "sasl.username", "sasl-password": "sasl.password", "sasl-mechanism": "sasl.mechanism",
+    "ca": "ssl.ca.location", "cert": "ssl.certificate.location", "key": "ssl.key.location",
+    "kafka-client-id": "client.id",
+}
+# accepted and ignored: they tune TiCDC's own Kafka client in ways librdkafka decides itself
+_URI_IGNORED = frozenset({"kafka-version", "replication-factor", "compression", "auto-create-topic",
+                          "dial-timeout", "read-timeout", "write-timeout", "required-acks"})
+
+
+def _p(description: str, **kw: Any) -> Parameter:
+    return Parameter(description=description, **kw)
+
+
+_COMMON: dict[str, Parameter] = {
+    "uri": _p("TiCDC sink URI kafka://host:port[,host:port]/topic?protocol=...&...; discrete settings win."),
+    "servers": _p("Bootstrap servers, comma separated (default: the URI's hosts)."),
+    "protocol": _p("Message format.", inclusion=PROTOCOLS),
+    "schema-registry": _p("Confluent schema registry URL (user:password@ allowed) for avro; "
+                          "default: cdcflow's built-in schema store."),
+    "enable-tidb-extension": _p("TiCDC's _tidb_* fields / _tidb block / watermarks.", type=ParamType.BOOL),
+    "avro-decimal-handling-mode": _p("Avro DECIMAL as precise bytes or string.", inclusion=("precise", "string")),
+    "avro-bigint-unsigned-handling-mode": _p("Avro BIGINT UNSIGNED as long or string.",
+                                             inclusion=("long", "string")),
+    "avro-enable-watermark": _p("Avro DDL and checkpoint messages (TiCDC testing option; needs the extension).",
+                                type=ParamType.BOOL),
+    "max-message-bytes": _p("Largest Kafka message (key + value) written or accepted.", type=ParamType.INT,
+                            greater_than=0),
+    "kafka.*": _p("librdkafka client property, passed through without the prefix (SASL, TLS, ...)."),
+    "kafka.sasl.password": _p("SASL password (secret).", secret=True),
+    "kafka.ssl.key.password": _p("TLS key password (secret).", secret=True),
+}
+
+SOURCE_PARAMS: dict[str, Parameter] = {
+    **_COMMON,
+    "topics": _p("Topics to read, comma separated (default: the URI's topic)."),
+    "group.id": _p("Consumer group offsets are committed to after downstream acknowledgement "
+                   "(default: cdcflow-<connector id>)."),
+    "read-from": _p("Where a partition without a committed offset starts.", inclusion=READ_FROM),
+    "consistency": _p("row: stream rows as they come, one engine partition per Kafka partition; transaction: "
+                      "release rows up to the global resolved ts in commit-ts order (one engine partition).",
+                      inclusion=CONSISTENCY),
+    "poll-timeout": _p("How long one read waits for messages.", type=ParamType.DURATION, default="100ms"),
+}
+
+DESTINATION_PARAMS: dict[str, Parameter] = {
+    **_COMMON,
+    "topic": _p("Topic or topic rule with {schema} and {table} (default: the URI's topic)."),
+    "partition": _p("Partition dispatcher.", inclusion=DISPATCHERS),
+    "columns": _p("Columns the 'columns' dispatcher hashes, comma separated."),
+    "partition-num": _p("Partitions of a topic the destination creates.", type=ParamType.INT, greater_than=0),
+    "max-batch-size": _p("open-protocol: rows per message.", type=ParamType.INT, greater_than=0),
+    "content-compatible": _p("canal-json: Canal-compatible mysqlType/old.", type=ParamType.BOOL),
+    "only-output-updated-columns": _p("canal-json/open-protocol: old image holds changed columns only.",
+                                      type=ParamType.BOOL),
+    "delivery-timeout": _p("Longest wait for delivery reports of one batch.", type=ParamType.DURATION,
+                           default="60s"),
+}
+
+
+@dataclass
+class KafkaSettings:
+    """Resolved settings: URI merged with discrete settings, defaults applied, rules checked."""
+
+    servers: str
+    protocol: str
+    topics: list[str] = field(default_factory=list)  # source
+    topic_rule: str = ""  # destination
+    schema_registry: str | None = None
+    enable_tidb_extension: bool = False
+    avro_decimal_handling_mode: str = "precise"
+    avro_bigint_unsigned_handling_mode: str = "long"
+    avro_enable_watermark: bool = False
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    partition: str = "default"
+    columns: list[str] = field(default_factory=list)
+    partition_num: int = DEFAULT_PARTITION_NUM
+    max_batch_size: int = 16
+    content_compatible: bool = False
+    only_output_updated_columns: bool = False
+    group_id: str | None = None
+    read_from: str = "earliest"
+    consistency: str = "row"
+    poll_timeout: float = 0.1
+    delivery_timeout: float = 60.0
+    client: dict[str, str] = field(default_factory=dict)  # librdkafka properties
+
+    @property
+    def codec_options(self) -> dict[str, str]:
+        """TiCDC-named options as the codecs' ``from_config`` read them."""
+        return {
+            "enable-tidb-extension": str(self.enable_tidb_extension).lower(),
+            "avro-decimal-handling-mode": self.avro_decimal_handling_mode,
+            "avro-bigint-unsigned-handling-mode": self.avro_bigint_unsigned_handling_mode,
+            "avro-enable-watermark": str(self.avro_enable_watermark).lower(),
+            "content-compatible": str(self.content_compatible).lower(),
+            "only-output-updated-columns": str(self.only_output_updated_columns).lower(),
+        }
+
+    @property
+    def carries_commit_ts(self) -> bool:
+        """Whether every row message carries its commit ts (needed for dedup and ordering)."""
+        return self.protocol in ("canal-json", "open-protocol") or (
+            self.protocol == "avro" and self.enable_tidb_extension)
+
+    @property
+    def carries_resolved(self) -> bool:
+        """Whether the protocol emits resolved events/watermarks (needed for transaction consistency)."""
+        if self.protocol == "open-protocol":
+            return True
+        if self.protocol == "canal-json":
+            return self.enable_tidb_extension
+        if self.protocol == "avro":
+            return self.enable_tidb_extension and self.avro_enable_watermark
+        return False
+
+
+def parse_uri(uri: str, plugin: str = PLUGIN) -> tuple[str, str, dict[str, str]]:
+    """``kafka://h1:p1,h2:p2/topic?k=v`` → (servers, topic, options with client properties as ``kafka.*``)."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("kafka", "kafka+ssl"):
+        raise ConfigError(plugin, "uri", "scheme", f"scheme must be kafka:// or kafka+ssl://, got {parts.scheme!r}")
+    servers = parts.netloc.rsplit("@", 1)[-1]
+    if not servers:
+        raise ConfigError(plugin, "uri", "servers", "the URI names no broker (kafka://host:port/topic)")
+    topic = unquote(parts.path.lstrip("/"))
+    opts: dict[str, str] = {}
+    if parts.scheme == "kafka+ssl":
+        opts["kafka.security.protocol"] = "ssl"
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in _URI_OPTIONS:
+            opts[name] = value
+        elif name in _URI_CLIENT:
+            opts["kafka." + _URI_CLIENT[name]] = value
+        elif name == "enable-tls":
+            if value.lower() == "true":
+                opts.setdefault("kafka.security.protocol", "ssl")
+        elif name not in _URI_IGNORED:
+            known = ", ".join(sorted((*_URI_OPTIONS, *_URI_CLIENT, *_URI_IGNORED, "enable-tls")))
+            raise ConfigError(plugin, "uri", "query", f"unknown URI parameter {name!r} (known: {known})")
+    if "kafka.sasl.username" in opts:
+        opts.setdefault("kafka.security.protocol", "sasl_ssl" if "kafka.ssl.ca.location" in opts else "sasl_plaintext")
+        opts.setdefault("kafka.sasl.mechanism", "PLAIN")
+    return servers, topic, opts
+
+
+def _bool(plugin: str, name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0", ""):
+        return False
+    raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid bool")
+
+
+def _int(plugin: str, name: str, value: Any) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid int") from None
+    if n <= 0:
+        raise ConfigError(plugin, name, "greater-than", f"value {n} must be greater than 0")
+    return n
+
+
+def _choice(plugin: str, name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(plugin, name, "inclusion", f"value {value!r} must be one of {', '.join(allowed)}")
+    return value
+
+
+def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> KafkaSettings:
+    """Merge ``uri`` with the discrete settings (typed by ``params.validate``) and check TiCDC's rules.
+
+    ``side`` is ``source`` or ``destination``.
+    """
+    merged: dict[str, Any] = {}
+    uri_topic = ""
+    servers = ""
+    if config.get("uri"):
+        servers, uri_topic, merged = parse_uri(str(config["uri"]), plugin)
+    for k, v in config.items():
+        if k != "uri" and v is not None and v != "":
+            merged[k] = v
+    servers = str(merged.get("servers") or servers)
+    if not servers:
+        raise ConfigError(plugin, "servers", "required", "set servers or uri (kafka://host:port/topic)")
+    protocol = _choice(plugin, "protocol", str(merged.get("protocol") or ""), PROTOCOLS) if merged.get(
+        "protocol") else None
+    if protocol is None:
+        raise ConfigError(plugin, "protocol", "required",
+                          f"set protocol ({', '.join(PROTOCOLS)}) as a setting or in the URI")
+    s = KafkaSettings(servers=servers, protocol=protocol)
+    s.enable_tidb_extension = _bool(plugin, "enable-tidb-extension", merged.get("enable-tidb-extension", False))
+    s.avro_enable_watermark = _bool(plugin, "avro-enable-watermark", merged.get("avro-enable-watermark", False))
+    s.avro_decimal_handling_mode = _choice(plugin, "avro-decimal-handling-mode", str(
+        merged.get("avro-decimal-handling-mode", "precise")).lower(), ("precise", "string"))
+    s.avro_bigint_unsigned_handling_mode = _choice(plugin, "avro-bigint-unsigned-handling-mode", str(
+        merged.get("avro-bigint-unsigned-handling-mode", "long")).lower(), ("long", "string"))
+    s.content_compatible = _bool(plugin, "content-compatible", merged.get("content-compatible", False))
+    s.only_output_updated_columns = _bool(plugin, "only-output-updated-columns",
+                                          merged.get("only-output-updated-columns", False))
+    if merged.get("max-message-bytes") is not None:
+        s.max_message_bytes = _int(plugin, "max-message-bytes", merged["max-message-bytes"])
+    if merged.get("schema-registry"):
+        s.schema_registry = str(merged["schema-registry"])
+    s.client = {k[len("kafka."):]: str(v) for k, v in merged.items() if k.startswith("kafka.") and v is not None}
+
+    if s.avro_enable_watermark and not s.enable_tidb_extension:
+        raise ConfigError(plugin, "avro-enable-watermark", "needs-extension",
+                          "avro-enable-watermark needs enable-tidb-extension=true (TiCDC's rule)")
+    if protocol != "avro":
+        for name in ("schema-registry", "avro-enable-watermark"):
+            if merged.get(name) not in (None, "", False, "false"):
+                raise ConfigError(plugin, name, "avro-only", f"{name} applies to protocol avro only, not {protocol}")
+    if s.schema_registry and not s.schema_registry.startswith(("http://", "https://")):
+        raise ConfigError(plugin, "schema-registry", "url", f"{s.schema_registry!r} is not an http(s) URL")
+
+    if side == "source":
+        _resolve_source(s, merged, uri_topic, plugin)
+    else:
+        _resolve_destination(s, merged, uri_topic, plugin)
+    return s
+
+
+def _resolve_source(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str) -> None:
+    topics = str(merged.get("topics") or uri_topic)
+    s.topics = [t.strip() for t in topics.split(",") if t.strip()]
+    if not s.topics:
+        raise ConfigError(plugin, "topics", "required", "set topics or a topic in the URI path")
+    for t in s.topics:
+        if "{" in t:
+            raise ConfigError(plugin, "topics", "concrete", f"source topics are names, not rules: {t!r}")
+    s.group_id = merged.get("group.id") or None
+    s.read_from = _choice(plugin, "read-from", str(merged.get("read-from") or "earliest"), READ_FROM)
+    s.consistency = _choice(plugin, "consistency", str(merged.get("consistency") or "row"), CONSISTENCY)
+    if merged.get("poll-timeout") is not None:
+        s.poll_timeout = float(merged["poll-timeout"])
+    if s.consistency == "transaction" and not s.carries_resolved:
+        why = {
+            "canal-json": "canal-json has watermarks only with enable-tidb-extension=true",
+            "avro": "avro has checkpoint events only with enable-tidb-extension=true and avro-enable-watermark=true",
+            "opencdc-json": "opencdc-json carries no resolved events",
+        }[s.protocol]
+        raise ConfigError(plugin, "consistency", "needs-resolved-ts",
+                          f"consistency=transaction needs resolved events: {why}")
+
+
+def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str) -> None:
+    s.topic_rule = str(merged.get("topic") or uri_topic)
+    if not s.topic_rule:
+        raise ConfigError(plugin, "topic", "required", "set topic (or a rule with {schema}/{table}) or the URI path")
+    if s.protocol == "avro" and not ("{schema}" in s.topic_rule and "{table}" in s.topic_rule):
+        raise ConfigError(plugin, "topic", "avro-topic-rule",
+                          f"protocol avro needs one table per topic: the topic rule {s.topic_rule!r} must contain "
+                          "both {schema} and {table} (TiCDC's rule)")
+    s.partition = _choice(plugin, "partition", str(merged.get("partition") or "default"), DISPATCHERS)
+    cols = str(merged.get("columns") or "")
+    s.columns = [c.strip() for c in cols.split(",") if c.strip()]
+    if s.partition == "columns" and not s.columns:
+        raise ConfigError(plugin, "columns", "required", "partition=columns needs the columns to hash")
+    if s.columns and s.partition != "columns":
+        raise ConfigError(plugin, "columns", "columns-dispatcher", "columns applies to partition=columns only")
+    if merged.get("partition-num") is not None:
+        s.partition_num = _int(plugin, "partition-num", merged["partition-num"])
+    if merged.get("max-batch-size") is not None:
+        s.max_batch_size = _int(plugin, "max-batch-size", merged["max-batch-size"])
+    if merged.get("delivery-timeout") is not None:
+        s.delivery_timeout = float(merged["delivery-timeout"])
+
+
+def client_config(s: KafkaSettings, **extra: Any) -> dict[str, Any]:
+    """librdkafka configuration: bootstrap servers, ``extra`` defaults, then the user's ``kafka.*`` (which win)."""
+    conf: dict[str, Any] = {"bootstrap.servers": s.servers, **extra}
+    conf.update(s.client)
+    return conf

@@ -1,0 +1,270 @@
+"""The ``kafka`` source: TiCDC messages (or cdcflow's opencdc-json) from Kafka topics.
+
+``consistency: row`` — one engine partition per Kafka partition (``topic:N``),
+each consumer ``assign()``ed from the saved position, rows streamed as they come.
+``consistency: transaction`` — one engine partition (``*``) consuming every Kafka
+partition, because releasing rows up to the *global* resolved ts needs all of
+them in one place (see ``consistency.TransactionBuffer``).
+
+Positions are the engine's checkpoint: where to continue reading (offset, and
+how many events of a multi-event open-protocol message were already returned)
+plus the replay filter's state. Offsets are committed to the consumer group
+only in ``ack``, i.e. after every destination wrote durably; a position-less
+start uses the group's committed offsets, else ``read-from``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+
+from cdcflow.convert import jsonform
+from cdcflow.errors import CdcflowError, RecordError
+from cdcflow.record import Record
+from cdcflow.sdk import Source
+
+from ..ticdc.errors import CodecError
+from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange, to_record
+from .codecs import decoder_for
+from .consistency import Dedup, TransactionBuffer
+from .settings import PLUGIN, KafkaSettings, client_config, resolve
+
+log = logging.getLogger("cdcflow.connectors.kafka.source")
+
+ALL_PARTITIONS = "*"
+_ROW, _TXN = "row", "txn"
+
+
+class KafkaSourceError(CdcflowError):
+    """A message could not be read or decoded; names topic, partition and offset."""
+
+    def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str):
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(f"kafka source {plugin_id or PLUGIN}: {topic}[{partition}]@{offset}: {message}")
+
+
+def _split(partition_id: str) -> tuple[str, int]:
+    topic, _, num = partition_id.rpartition(":")
+    return topic, int(num)
+
+
+class KafkaSource(Source):
+    def configure(self, config) -> None:
+        super().configure(config)
+        self.settings: KafkaSettings = resolve(config, "source")
+        self._consumer: Consumer | None = None
+        self._last_position: bytes | None = None
+        self._outbox: list[Record] = []
+
+    # -- driver side ---------------------------------------------------------------------
+    def _metadata_partitions(self) -> list[str]:
+        s = self.settings
+        conf = client_config(s, **{"group.id": self._group_id()})
+        consumer = Consumer(conf)
+        try:
+            out = []
+            for topic in s.topics:
+                md = consumer.list_topics(topic, timeout=10)
+                tmd = md.topics.get(topic)
+                if tmd is None or tmd.error is not None or not tmd.partitions:
+                    why = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
+                    raise CdcflowError(f"kafka source {self.id or PLUGIN}: topic {topic!r} on {s.servers}: {why}")
+                out.extend(f"{topic}:{p}" for p in sorted(tmd.partitions))
+            return out
+        finally:
+            consumer.close()
+
+    def partitions(self) -> Sequence[str]:
+        if self.settings.consistency == "transaction":
+            return [ALL_PARTITIONS]
+        return self._metadata_partitions()
+
+    def _group_id(self) -> str:
+        return self.settings.group_id or f"cdcflow-{self.id or 'kafka'}"
+
+    # -- task side -----------------------------------------------------------------------
+    def open(self, position: bytes | None, partition: str = "") -> None:
+        s = self.settings
+        from cdcflow.schemas import default_store
+
+        self._store = default_store()
+        self._decoder = decoder_for(s)
+        self._txn = s.consistency == "transaction"
+        self._consumer = Consumer(client_config(
+            s, **{"group.id": self._group_id(), "enable.auto.commit": False, "enable.auto.offset.store": False,
+                  "auto.offset.reset": s.read_from, "enable.partition.eof": False,
+                  "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 262144}))
+        parts = self._metadata_partitions() if self._txn or partition in ("", ALL_PARTITIONS) else [partition]
+        self._parts = parts
+        state = orjson.loads(position) if position else None
+        resume: dict[str, tuple[int, int]] = {}
+        if state is not None:
+            kind = state[0]
+            if kind == _ROW and not self._txn:
+                resume[parts[0]] = (state[1], state[2])
+                self._dedup = Dedup.from_state(state[3])
+            elif kind == _TXN and self._txn:
+                resume = {p: (v[0], v[1]) for p, v in state[1].items()}
+                self._dedup = Dedup.from_state(state[2])
+            else:
+                raise CdcflowError(f"kafka source {self.id or PLUGIN}: saved position is for consistency "
+                                   f"{'row' if kind == _ROW else 'transaction'}; the setting changed. "
+                                   "Delete the pipeline's state to start over.")
+        else:
+            self._dedup = Dedup()
+        self._skip: dict[str, tuple[int, int]] = {p: r for p, r in resume.items() if r[1]}
+        committed = {}
+        missing = [p for p in parts if p not in resume]
+        if missing:
+            tps = [TopicPartition(*_split(p)) for p in missing]
+            try:
+                for tp in self._consumer.committed(tps, timeout=10):
+                    if tp.offset >= 0:
+                        committed[f"{tp.topic}:{tp.partition}"] = tp.offset
+            except KafkaException as e:
+                log.warning("kafka source %s: reading committed offsets failed: %s", self.id, e)
+        default = OFFSET_BEGINNING if s.read_from == "earliest" else OFFSET_END
+        assign = []
+        for p in parts:
+            topic, num = _split(p)
+            if p in resume:
+                off = resume[p][0]
+            elif p in committed:
+                off = committed[p]
+            else:
+                off = default
+            assign.append(TopicPartition(topic, num, off))
+        self._consumer.assign(assign)
+        self._buffer = TransactionBuffer(parts, {p: r for p, r in resume.items()}) if self._txn else None
+        self._emitted_resolved = 0
+
+    def _decode(self, msg) -> list:
+        """Events (or records for opencdc-json) of one message."""
+        proto = self.settings.protocol
+        try:
+            if proto == "avro":
+                return [self._decoder.decode(msg.key(), msg.value())]
+            if proto == "canal-json":
+                value = msg.value()
+                if value is None:
+                    return []
+                return [self._decoder.decode(value)]
+            if proto == "open-protocol":
+                return self._decoder.decode(msg.key(), msg.value())
+            value = msg.value()
+            return [] if value is None else [jsonform.loads_record(value, self._store)]
+        except (CodecError, CdcflowError, ValueError) as e:
+            raise KafkaSourceError(self.id, msg.topic(), msg.partition(), msg.offset(),
+                                   f"cannot decode {proto} message: {e}") from None
+
+    def _poll(self, max_messages: int) -> list:
+        msgs = self._consumer.consume(num_messages=max(1, max_messages), timeout=self.settings.poll_timeout)
+        for m in msgs:
+            err = m.error()
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise KafkaSourceError(self.id, m.topic() or "?", m.partition() or -1, m.offset() or -1,
+                                       f"consumer error: {err}")
+        return [m for m in msgs if m.error() is None]
+
+    def read(self, max_records: int) -> list[Record]:
+        if self._consumer is None:
+            raise CdcflowError(f"kafka source {self.id or PLUGIN}: read before open")
+        if len(self._outbox) < max_records:
+            msgs = self._poll(max_records - len(self._outbox))
+            if self._txn:
+                self._read_transaction(msgs)
+            else:
+                self._read_rows(msgs)
+        out = self._outbox[:max_records]
+        del self._outbox[:max_records]
+        if out:
+            self._last_position = out[-1].position
+        return out
+
+    def _events(self, msg, part: str) -> list:
+        events = self._decode(msg)
+        skip = self._skip.get(part)
+        if skip is not None and skip[0] == msg.offset():
+            del self._skip[part]
+            return [(i, ev) for i, ev in enumerate(events) if i >= skip[1]], len(events)
+        return list(enumerate(events)), len(events)
+
+    def _read_rows(self, msgs: list) -> None:
+        part = self._parts[0]
+        dedup, store, out = self._dedup, self._store, self._outbox
+        dumps = orjson.dumps
+        for m in msgs:
+            indexed, n = self._events(m, part)
+            off = m.offset()
+            for i, ev in indexed:
+                t = type(ev)
+                if t is RowChange:
+                    if not dedup.admit_row(ev):
+                        continue
+                elif t is DDLEvent:
+                    if not dedup.admit_ddl(ev):
+                        continue
+                pos = dumps((_ROW, off + 1, 0, dedup.state()) if i + 1 >= n else (_ROW, off, i + 1, dedup.state()))
+                if t is Record:
+                    ev.position = pos
+                    out.append(ev)
+                else:
+                    out.append(to_record(ev, pos, store))
+
+    def _read_transaction(self, msgs: list) -> None:
+        buf = self._buffer
+        for m in msgs:
+            part = f"{m.topic()}:{m.partition()}"
+            indexed, n = self._events(m, part)
+            off = m.offset()
+            if not indexed:  # whole message skipped (already returned before a restart)
+                buf.consumed[part] = (off + 1, 0)
+            for i, ev in indexed:
+                buf.add(part, ev, off, i, n)
+        entries = buf.release()
+        dedup, store, out = self._dedup, self._store, self._outbox
+        dumps = orjson.dumps
+        for e in entries:
+            ev = e.event
+            keep = dedup.admit_row(ev) if type(ev) is RowChange else dedup.admit_ddl(ev)
+            buf.mark_done(e)
+            if keep:
+                out.append(to_record(ev, dumps((_TXN, buf.resume(), dedup.state())), store))
+        if buf.frontier > self._emitted_resolved:
+            self._emitted_resolved = buf.frontier
+            out.append(to_record(ResolvedEvent(buf.frontier), dumps((_TXN, buf.resume(), dedup.state())), store))
+
+    def ack(self, positions: Sequence[bytes]) -> None:
+        if not positions or self._consumer is None:
+            return
+        state = orjson.loads(positions[-1])
+        if state[0] == _ROW:
+            topic, num = _split(self._parts[0])
+            offsets = [TopicPartition(topic, num, state[1])]
+        else:
+            offsets = [TopicPartition(*_split(p), v[0]) for p, v in state[1].items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:  # the engine's state is authoritative; the group offset is a courtesy
+            log.warning("kafka source %s: committing offsets %s failed: %s", self.id, offsets, e)
+
+    def stop(self) -> bytes | None:
+        return self._last_position
+
+    def teardown(self) -> None:
+        consumer, self._consumer = getattr(self, "_consumer", None), None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001 - closing after a failure must not hide it
+                log.debug("consumer close failed", exc_info=True)
+
+    # informative for progress displays
+    def buffered(self) -> int:
+        return self._buffer.buffered() if getattr(self, "_buffer", None) is not None else 0
+
+
+__all__ = ["KafkaSource", "KafkaSourceError", "ALL_PARTITIONS", "CONTROL_RESOLVED"]

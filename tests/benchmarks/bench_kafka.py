@@ -1,0 +1,162 @@
+"""Kafka source throughput: cdcflow engine (local[2]) vs a hand-written confluent-kafka + fastavro loop.
+
+    .venv/bin/python tests/benchmarks/bench_kafka.py [--rows 1000000]
+
+Data: N TiCDC Avro rows (10 columns, extension on) in a 4-partition topic on the embedded
+Tansu broker, produced in large batches (linger.ms=50, batch.num.messages=100000: Tansu returns
+one record batch per fetch, so small batches make every consumer slow). Registry: cdcflow's
+built-in schema store. Pipeline: kafka source → field.set → file destination, `cdcflow run
+--until-idle` on local[2]. Baseline: one process, consumer assign() + fastavro
+schemaless_reader + json lines written to a file. Prints records/s of both and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import decimal
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from fastavro import parse_schema, schemaless_reader
+
+from cdcflow.connectors.ticdc.avro import AvroEncoder, AvroOptions, StoreRegistry, build_schema, schema_text
+from cdcflow.connectors.ticdc.events import RowChange
+from cdcflow.dev.broker import Broker
+from cdcflow.schemas import SchemaStore
+from cdcflow.tidb import Column, TableSchema
+
+PARTITIONS = 4
+TABLE = TableSchema("bench", "rows", (
+    Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),
+    Column("a", "INT"), Column("b", "BIGINT"), Column("c", "VARCHAR", length=32), Column("d", "VARCHAR", length=64),
+    Column("e", "DOUBLE"), Column("f", "DECIMAL", precision=12, scale=2), Column("g", "DATE"),
+    Column("h", "TINYINT"), Column("i", "TEXT"),
+))
+
+PIPELINE = """version: "2.2"
+pipelines:
+  - id: bench
+    status: running
+    connectors:
+      - id: in
+        type: source
+        plugin: builtin:kafka
+        settings:
+          uri: kafka://{servers}/{topic}?protocol=avro&enable-tidb-extension=true
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {out}
+    processors:
+      - id: tag
+        plugin: field.set
+        settings:
+          field: .Metadata["bench"]
+          value: "x"
+    dead-letter-queue:
+      plugin: builtin:log
+"""
+
+
+def produce(servers: str, topic: str, n: int, store: SchemaStore) -> None:
+    admin = AdminClient({"bootstrap.servers": servers})  # keep a reference until the future resolves
+    admin.create_topics([NewTopic(topic, PARTITIONS)])[topic].result(15)
+    enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), StoreRegistry(store))
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 50, "batch.num.messages": 100000,
+                  "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000})
+    import datetime
+
+    day = datetime.date(2024, 1, 1)
+    for i in range(n):
+        row = {"id": i, "a": i % 1000, "b": i * 7, "c": f"c{i}", "d": "d" * 40, "e": i / 3,
+               "f": decimal.Decimal(i % 100000) / 100, "g": day, "h": i % 100, "i": "text"}
+        k, v = enc.encode_one(RowChange(TABLE, "insert", (1_700_000_000_000 + i) << 18, row), topic)
+        while True:
+            try:
+                p.produce(topic, key=k, value=v, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.1)
+    p.flush(120)
+
+
+def baseline(servers: str, topic: str, n: int, store: SchemaStore, out: Path) -> float:
+    """Single process, by hand: consume, decode with fastavro, write JSON lines."""
+    schemas: dict[int, object] = {}
+    c = Consumer({"bootstrap.servers": servers, "group.id": "bench-baseline", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen = 0
+    t0 = time.perf_counter()
+    with open(out, "wb") as f:
+        while seen < n:
+            lines = []
+            for m in c.consume(100000, 1.0):
+                if m.error():
+                    continue
+                v = m.value()
+                sid = int.from_bytes(v[1:5], "big")
+                s = schemas.get(sid)
+                if s is None:
+                    s = schemas[sid] = parse_schema(json.loads(store.by_id(sid)[1]))
+                rec = schemaless_reader(io.BytesIO(v[5:]), s, None)
+                lines.append(json.dumps(rec, default=str))
+                seen += 1
+            f.write(("\n".join(lines) + "\n").encode() if lines else b"")
+        f.flush()
+        os.fsync(f.fileno())
+    c.close()
+    return n / (time.perf_counter() - t0)
+
+
+def engine(servers: str, topic: str, n: int, work: Path) -> tuple[float, float]:
+    out = work / "engine.jsonl"
+    cfg = work / "bench.yaml"
+    cfg.write_text(PIPELINE.format(servers=servers, topic=topic, out=out))
+    env = dict(os.environ, CDCFLOW_SCHEMA_STORE=str(work / "state" / "schemas.sqlite"))
+    t0 = time.perf_counter()
+    cp = subprocess.run([str(Path(sys.executable).with_name("cdcflow")), "run", str(cfg), "--until-idle", "--master", "local[2]",
+                         "--state-dir", str(work / "state")], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if cp.returncode != 0:
+        raise SystemExit(f"cdcflow run failed ({cp.returncode}):\n{cp.stdout[-2000:]}\n{cp.stderr[-4000:]}")
+    lines = sum(1 for _ in open(out, "rb"))
+    if lines != n:
+        raise SystemExit(f"engine wrote {lines} records, expected {n}")
+    return n / wall, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
+    (work / "state").mkdir()
+    store = SchemaStore(work / "state" / "schemas.sqlite")  # the run's store: the engine decodes with it
+    broker = Broker().start()
+    try:
+        topic = "bench-rows"
+        t0 = time.perf_counter()
+        produce(broker.bootstrap_servers, topic, args.rows, store)
+        print(f"produced {args.rows} rows in {time.perf_counter() - t0:.1f}s "
+              "(linger.ms=50, batch.num.messages=100000, 4 partitions)")
+        base = baseline(broker.bootstrap_servers, topic, args.rows, store, work / "baseline.jsonl")
+        rate, wall = engine(broker.bootstrap_servers, topic, args.rows, work)
+        print(f"{'path':<46}{'records/s':>12}")
+        print(f"{'hand loop (confluent-kafka + fastavro, 1 proc)':<46}{base:>12,.0f}")
+        print(f"{'cdcflow run, local[2] (wall incl. Spark start)':<46}{rate:>12,.0f}")
+        print(f"ratio engine/hand: {rate / base:.2f} (engine wall {wall:.1f}s)")
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()

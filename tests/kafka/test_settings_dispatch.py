@@ -1,0 +1,126 @@
+"""Settings (URI + discrete, TiCDC's rules), dispatch rules and the consistency buffer — no broker needed."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from cdcflow.connectors.kafka.consistency import Dedup, TransactionBuffer
+from cdcflow.connectors.kafka.dispatch import dispatcher, topic_for
+from cdcflow.connectors.kafka.settings import DESTINATION_PARAMS, SOURCE_PARAMS, resolve
+from cdcflow.errors import ConfigError
+from cdcflow.params import masked, validate
+from kafka_helpers import ORDERS, DDLEvent, ResolvedEvent, row, tso
+
+
+def dst(settings):
+    return resolve(validate("kafka", DESTINATION_PARAMS, settings), "destination")
+
+
+def src(settings):
+    return resolve(validate("kafka", SOURCE_PARAMS, settings), "source")
+
+
+def test_uri_parsed_and_discrete_settings_win():
+    s = dst({"uri": "kafka://h1:9092,h2:9092/t_{schema}_{table}?protocol=avro&enable-tidb-extension=true"
+                    "&max-message-bytes=1000&sasl-user=u&sasl-password=pw&kafka-version=2.4.0",
+             "max-message-bytes": "2000"})
+    assert s.servers == "h1:9092,h2:9092"
+    assert s.topic_rule == "t_{schema}_{table}"
+    assert s.protocol == "avro" and s.enable_tidb_extension
+    assert s.max_message_bytes == 2000
+    assert s.client["sasl.username"] == "u" and s.client["sasl.password"] == "pw"
+    assert s.client["security.protocol"] == "sasl_plaintext"
+
+
+@pytest.mark.parametrize("settings, parameter, rule", [
+    ({"uri": "kafka://h:1/fixed?protocol=avro"}, "topic", "avro-topic-rule"),
+    ({"uri": "kafka://h:1/t_{table}?protocol=avro"}, "topic", "avro-topic-rule"),
+    ({"uri": "kafka://h:1/t?protocol=canal-json&avro-enable-watermark=true&enable-tidb-extension=true"},
+     "avro-enable-watermark", "avro-only"),
+    ({"uri": "kafka://h:1/t_{schema}_{table}?protocol=avro&avro-enable-watermark=true"},
+     "avro-enable-watermark", "needs-extension"),
+    ({"uri": "kafka://h:1/t?protocol=canal-json&bogus=1"}, "uri", "query"),
+    ({"uri": "http://h:1/t?protocol=canal-json"}, "uri", "scheme"),
+    ({"servers": "h:1", "topic": "t"}, "protocol", "required"),
+    ({"servers": "h:1", "topic": "t", "protocol": "canal-json", "partition": "columns"}, "columns", "required"),
+    ({"uri": "kafka://h:1/t?protocol=canal-json&avro-decimal-handling-mode=exact"}, "avro-decimal-handling-mode",
+     "inclusion"),
+    ({"uri": "kafka://h:1/t_{schema}_{table}?protocol=avro&schema-registry=ftp://x"}, "schema-registry", "url"),
+])
+def test_destination_rules(settings, parameter, rule):
+    with pytest.raises(ConfigError) as e:
+        dst(settings)
+    assert (e.value.parameter, e.value.rule) == (parameter, rule)
+
+
+@pytest.mark.parametrize("settings, rule", [
+    ({"uri": "kafka://h:1/t?protocol=canal-json", "consistency": "transaction"}, "needs-resolved-ts"),
+    ({"uri": "kafka://h:1/t?protocol=avro&enable-tidb-extension=true", "consistency": "transaction"},
+     "needs-resolved-ts"),
+    ({"uri": "kafka://h:1/t?protocol=opencdc-json", "consistency": "transaction"}, "needs-resolved-ts"),
+    ({"uri": "kafka://h:1/t_{table}?protocol=canal-json"}, "concrete"),
+])
+def test_source_rules(settings, rule):
+    with pytest.raises(ConfigError) as e:
+        src(settings)
+    assert e.value.rule == rule
+
+
+def test_source_transaction_allowed_with_resolved_events():
+    assert src({"uri": "kafka://h:1/a?protocol=canal-json&enable-tidb-extension=true",
+                "consistency": "transaction", "topics": "a,b"}).topics == ["a", "b"]
+    assert src({"uri": "kafka://h:1/a?protocol=open-protocol", "consistency": "transaction"}).consistency \
+        == "transaction"
+
+
+def test_sasl_password_is_secret():
+    shown = masked(SOURCE_PARAMS, {"kafka.sasl.password": "hunter2", "kafka.sasl.username": "u"})
+    assert shown == {"kafka.sasl.password": "***", "kafka.sasl.username": "u"}
+
+
+def test_dispatch_rules_follow_the_reference():
+    ev = row(ORDERS, 42, tso(7))
+    h_table = zlib.crc32(b"orders", zlib.crc32(b"shop"))
+    assert dispatcher("default")(ev, 5) == h_table % 5
+    assert dispatcher("table")(ev, 7) == h_table % 7
+    assert dispatcher("ts")(ev, 3) == tso(7) % 3
+    h_key = h_table ^ zlib.crc32(b"42", zlib.crc32(b"id"))
+    assert dispatcher("index-value")(ev, 11) == h_key % 11
+    h_cols = h_table ^ zlib.crc32(b"n42", zlib.crc32(b"name"))
+    assert dispatcher("columns", ["name"])(ev, 13) == h_cols % 13
+    assert topic_for("tidb_{schema}_{table}", "shop", "orders") == "tidb_shop_orders"
+
+
+def test_dedup_by_table_handle_and_commit_ts():
+    d = Dedup()
+    assert d.admit_row(row(ORDERS, 1, 100))
+    assert d.admit_row(row(ORDERS, 2, 100))  # same ts, other key: a second row of the transaction
+    assert not d.admit_row(row(ORDERS, 1, 100))  # replay
+    assert not d.admit_row(row(ORDERS, 3, 99))  # below the mark: replay
+    assert d.admit_row(row(ORDERS, 1, 101))
+    restored = Dedup.from_state(d.state())
+    assert not restored.admit_row(row(ORDERS, 1, 101)) and restored.admit_row(row(ORDERS, 2, 101))
+    ddl = DDLEvent("shop", "orders", "ALTER TABLE orders ADD c INT", 200)
+    assert d.admit_ddl(ddl) and not d.admit_ddl(ddl)
+
+
+def test_transaction_buffer_releases_up_to_global_resolved_with_ddl_barrier():
+    buf = TransactionBuffer(["t:0", "t:1"], {})
+    buf.add("t:0", row(ORDERS, 1, 10), 0, 0, 1)
+    buf.add("t:1", row(ORDERS, 2, 5), 0, 0, 1)
+    buf.add("t:0", ResolvedEvent(12), 1, 0, 1)
+    assert buf.release() == []  # partition 1 has promised nothing yet
+    buf.add("t:1", row(ORDERS, 3, 15), 1, 0, 1)
+    ddl = DDLEvent("shop", "orders", "ALTER", 20)
+    buf.add("t:1", ddl, 2, 0, 1)
+    buf.add("t:0", ddl, 2, 0, 1)
+    buf.add("t:0", row(ORDERS, 4, 25), 3, 0, 1)
+    buf.add("t:1", ResolvedEvent(30), 3, 0, 1)
+    got = buf.release()
+    assert [(e.ts, type(e.event).__name__) for e in got] == [
+        (5, "RowChange"), (10, "RowChange"), (15, "RowChange"), (20, "DDLEvent"), (20, "DDLEvent")]
+    for e in got[:2]:
+        buf.mark_done(e)
+    assert buf.resume() == {"t:0": (2, 0), "t:1": (1, 0)}  # what is still buffered is read again
