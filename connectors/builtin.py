@@ -11,7 +11,8 @@ from __future__ import annotations
 from cdcflow.hookspecs import hookimpl
 from cdcflow.sdk import ConnectorPlugin
 
-from . import file, generator, log
+from . import file, generator, kafka, log
+from .storage import destination as storage_destination, settings as storage_settings, source as storage_source
 
 #: version of every connector shipped with cdcflow (follows the package version)
 BUILTIN_VERSION = "v0.1.0"
@@ -60,6 +61,44 @@ LOG = ConnectorPlugin(
 )
 
 
+KAFKA = ConnectorPlugin(
+    name="kafka",
+    version=BUILTIN_VERSION,
+    author=AUTHOR,
+    summary="Reads and writes TiCDC's Kafka protocols (avro, canal-json, open-protocol) and opencdc-json.",
+    description=(
+        "Settings take a TiCDC sink URI (kafka://host:port/topic?protocol=avro&...) and the same options "
+        "as discrete settings, which win. The source commits offsets only after downstream acknowledgement, "
+        "drops TiCDC replays and, with consistency=transaction, releases rows up to the global resolved ts "
+        "in commit-ts order with DDL as a barrier. The destination dispatches topics and partitions as "
+        "TiCDC does, registers Avro schemas under <topic>-key/-value and acknowledges a record only on "
+        "its delivery report. See docs/connector-kafka.md."
+    ),
+    source=kafka.KafkaSource,
+    destination=kafka.KafkaDestination,
+    source_params=kafka.SOURCE_PARAMS,
+    destination_params=kafka.DESTINATION_PARAMS,
+)
+
+
+STORAGE = ConnectorPlugin(
+    name="storage",
+    version=BUILTIN_VERSION,
+    author=AUTHOR,
+    summary="Reads and writes the TiCDC storage sink layout (CSV or canal-json) on local disk, S3, GCS, Azure.",
+    description=(
+        "Destination: TiCDC's paths, CDC.index, schema files with checksums, table versions after DDLs and the "
+        "metadata checkpoint; every write batch ends with complete, durable files (never overwritten, never "
+        "partially visible). Source: reads the layout per table in version and file order, DDLs as control "
+        "records, positions (file, row) resume exactly; watches for new files or stops at the checkpoint."
+    ),
+    source=storage_source.StorageSource,
+    destination=storage_destination.StorageDestination,
+    source_params=storage_settings.SOURCE_PARAMS,
+    destination_params=storage_settings.DESTINATION_PARAMS,
+)
+
+
 @hookimpl
 def cdcflow_connectors() -> list[ConnectorPlugin]:
-    return [GENERATOR, FILE, LOG]
+    return [GENERATOR, FILE, LOG, KAFKA, STORAGE]
