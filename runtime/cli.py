@@ -27,6 +27,8 @@ COMMAND_MODULES = (
     "cdcflow.plugins_cli",
     "cdcflow.pipeline.commands",
     "cdcflow.engine.commands",
+    "cdcflow.schemaregistry.commands",
+    "cdcflow.dev.commands",
 )
 
 EXIT_OK = 0
