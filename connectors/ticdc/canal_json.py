@@ -425,10 +425,48 @@ def _dumps(obj: Any) -> bytes:
 
 # --------------------------------------------------------------------------- encoder
 
-class _EncodePlan:
-    """Per-table state for encoding: column converters, mysqlType and sqlType objects."""
+def _fail(why: str):
+    """Raise from inside a generated expression (``x if ok else _fail(...)``)."""
+    raise _ValueProblem(why)
 
-    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names")
+
+def _compile_texts(table: TableSchema, columns) -> Callable[[dict], dict]:
+    """Generate ``row -> {column: canal-json text}`` for a row holding every column of the table:
+    one dict display, the common types formatted inline, the others through their formatter.
+    Raises ``_ValueProblem``/``KeyError``; the caller then takes the slow path that names the column."""
+    namespace: dict[str, Any] = {"_fail": _fail}
+    items = []
+    for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
+        t = col.type
+        v = f"v{i}"
+        if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
+            expr = f"(str({v}) if type({v}) is int else _fail('needs an int'))"
+        elif conv is _str_text:
+            expr = f"({v} if type({v}) is str else _fail('needs a str'))"
+        elif conv is _binary_text:
+            expr = f"({v}.decode('latin-1') if type({v}) is bytes else _fail('binary column needs bytes'))"
+        elif t == "DECIMAL":
+            namespace[f"c{i}"], namespace[f"s{i}"] = format_decimal, col.scale
+            expr = f"c{i}({v}, s{i})"
+        elif t in ("DATETIME", "TIMESTAMP", "TIME"):
+            namespace[f"c{i}"] = format_datetime if t != "TIME" else format_time
+            namespace[f"s{i}"] = col.fsp
+            expr = f"c{i}({v}, s{i})"
+        else:
+            namespace[f"c{i}"] = conv
+            expr = f"c{i}({v})"
+        items.append(f"{name!r}: None if ({v} := row[{name!r}]) is None else {expr}")
+    source = "def texts(row):\n    return {" + ", ".join(items) + "}\n"
+    exec(compile(source, f"<cdcflow.canal-json texts {table.collection}>", "exec"), namespace)
+    return namespace["texts"]
+
+
+class _EncodePlan:
+    """Per-table state for encoding: column converters, mysqlType and sqlType objects, and the
+    message's constant JSON fragments (escaped once) for the fast path of full rows."""
+
+    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names", "texts", "head", "type_parts",
+                 "types_part")
 
     def __init__(self, table: TableSchema, full_types: bool):
         self.table = table
@@ -439,6 +477,13 @@ class _EncodePlan:
                              if c.unsigned and c.type in _UNSIGNED_PROMOTION)
         names = [c.name for c in table.columns if c.handle_key]
         self.pk_names = names or None
+        self.texts = _compile_texts(table, self.columns)
+        # {"id":0,"database":..,"table":..,"pkNames":..,"isDdl":false   (no closing brace)
+        self.head = _dumps({"id": 0, "database": table.schema, "table": table.table,
+                            "pkNames": self.pk_names, "isDdl": False})[:-1]
+        self.type_parts = {kind: b',"type":"' + typ.encode() + b'","es":' for kind, typ in _KIND_TYPE.items()}
+        self.types_part = (b',"sql":"","sqlType":' + _dumps(self.sql) + b',"mysqlType":' + _dumps(self.mysql)
+                           + b',"old":')
 
 
 class CanalJsonEncoder:
@@ -479,6 +524,9 @@ class CanalJsonEncoder:
 
     def _encode_row(self, ev: RowChange, now: int) -> bytes:
         plan = self._plan(ev.table)
+        fast = self._encode_row_fast(plan, ev, now)
+        if fast is not None:
+            return fast
         kind_type = _KIND_TYPE.get(ev.kind)
         if kind_type is None:
             raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {ev.kind!r}")
@@ -514,6 +562,40 @@ class CanalJsonEncoder:
             return _dumps(msg)
         except orjson.JSONEncodeError as e:
             raise UnrepresentableValue(CODEC, ev.table.collection, "?", None, f"cannot write JSON: {e}") from None
+
+    def _encode_row_fast(self, plan: _EncodePlan, ev: RowChange, now: int) -> bytes | None:
+        """The message as bytes from precomputed fragments plus one ``orjson`` call per row image,
+        or None when the row needs the general path (partial images, extra, sqlType promotion,
+        a value that does not fit: the general path then raises the error naming the column)."""
+        row = ev.row
+        ncols = len(plan.columns)
+        if row is None or len(row) != ncols or ev.extra or type(ev.commit_ts) is not int or type(now) is not int:
+            return None
+        kind = ev.kind
+        type_part = plan.type_parts.get(kind)
+        if type_part is None:
+            return None
+        for name, limit, _ in plan.promote:
+            v = row.get(name)
+            if type(v) is int and v > limit:
+                return None
+        try:
+            data = plan.texts(row)
+            old_part = b"null"
+            if kind == UPDATE and ev.old is not None:
+                if len(ev.old) != ncols:
+                    return None
+                old = plan.texts(ev.old)
+                if self.options.old_changed_only:
+                    old = {k: v for k, v in old.items() if data[k] != v}
+                old_part = b"[" + _dumps(old) + b"]"
+            data_part = _dumps(data)
+        except (_ValueProblem, KeyError, orjson.JSONEncodeError):
+            return None
+        ts = ev.commit_ts
+        tail = b',"_tidb":{"commitTs":%d}}' % ts if self.options.enable_tidb_extension else b"}"
+        return b"".join((plan.head, type_part, b"%d" % (ts >> 18), b',"ts":%d' % now, plan.types_part,
+                         old_part, b',"data":[', data_part, b"]", tail))
 
     def _tidb_dml(self, ev: RowChange) -> dict:
         ext: dict[str, Any] = {"commitTs": ev.commit_ts}

@@ -145,6 +145,11 @@ def _formatter(col: Column, options: CsvOptions) -> Callable[[Any], str]:
     return _str_text  # CHAR/VARCHAR/TEXT family, ENUM name, SET names, JSON
 
 
+def _fail(why: str):
+    """Raise from inside a generated expression."""
+    raise _ValueProblem(why)
+
+
 def _parser(col: Column, options: CsvOptions) -> Callable[[str], Any] | None:
     t = col.type
     if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
@@ -221,11 +226,25 @@ class _Writer:
     def _compile_column_texts(self) -> Callable[[dict], list]:
         """Compile ``row -> [field text per column]`` once per table: one list display with the
         formatters inlined instead of a loop over columns per row."""
-        namespace: dict[str, Any] = {"null": self.options.null}
+        o = self.options
+        q = o.quote
+        namespace: dict[str, Any] = {"null": o.null, "q": q, "qq": q + q, "_fail": _fail}
         items = []
-        for i, (name, fn) in enumerate(self.columns):
-            namespace[f"f{i}"] = fn
-            items.append(f"null if (v{i} := row[{name!r}]) is None else f{i}(v{i})")
+        for i, ((name, fn), col) in enumerate(zip(self.columns, self.table.columns)):
+            v, t = f"v{i}", f"t{i}"
+            conv = _formatter(col, o)
+            if conv is _int_text:  # integers: inline, unquoted
+                expr = f"(str({v}) if type({v}) is int else _fail('needs an int'))"
+            elif q and conv is _str_text:  # strings: inline quoting
+                expr = (f"(q + ({v} if q not in {v} else {v}.replace(q, qq)) + q if type({v}) is str "
+                        f"else _fail('needs a str'))")
+            elif q and col.type not in _UNQUOTED_TYPES:  # formatted, then quoted inline
+                namespace[f"c{i}"] = conv
+                expr = f"(q + ({t} if q not in ({t} := c{i}({v})) else {t}.replace(q, qq)) + q)"
+            else:
+                namespace[f"f{i}"] = fn
+                expr = f"f{i}({v})"
+            items.append(f"null if ({v} := row[{name!r}]) is None else {expr}")
         source = "def column_texts(row):\n    return [" + ", ".join(items) + "]\n"
         exec(compile(source, "<cdcflow.csv column writer>", "exec"), namespace)
         return namespace["column_texts"]

@@ -119,8 +119,77 @@ def to_record(event: Event, position: bytes, store=None) -> Record:
 
 
 def to_records(events, positions, store=None) -> list[Record]:
-    """Batch form of ``to_record``; ``positions`` pairs with ``events``."""
-    return [to_record(e, p, store) for e, p in zip(events, positions)]
+    """Batch form of ``to_record``; ``positions`` pairs with ``events``.
+
+    Rows go through a record builder generated once per (table, store) (see
+    ``_record_builder``), looked up once per run of rows of the same table."""
+    out: list[Record] = []
+    append = out.append
+    last_table = None
+    build = None
+    for ev, position in zip(events, positions):
+        if type(ev) is not RowChange:
+            append(to_record(ev, position, store))
+            continue
+        table = ev.table
+        if table is not last_table:
+            build = _record_builder(table, store)
+            last_table = table
+        append(build(ev, position))
+    return out
+
+
+_BUILDERS: dict[tuple[int, int], tuple[TableSchema, object, object]] = {}
+
+
+def _record_builder(table: TableSchema, store):
+    """``(RowChange, position) -> Record`` for one table, generated once: the metadata is one
+    dict display (constants from the per-table template, commit ts slotted in), the key one
+    dict display of the handle columns; anything unusual goes to ``_row_record``."""
+    cache_key = (id(table), id(store))
+    hit = _BUILDERS.get(cache_key)
+    if hit is not None and hit[0] is table and hit[1] is store:
+        return hit[2]
+    template, names = _row_template(table, store)
+    namespace: dict = {"Record": Record, "CREATE": Operation.CREATE, "UPDATE": Operation.UPDATE,
+                       "DELETE": Operation.DELETE, "INSERT_": INSERT, "UPDATE_": UPDATE, "DELETE_": DELETE,
+                       "slow": _row_record, "store": store}
+    items = []
+    for i, (k, v) in enumerate(template.items()):
+        if k == META_CREATED_AT:
+            items.append(f"{k!r}: str((ts >> 18) * 1000000)")
+        elif k == META_COMMIT_TS:
+            items.append(f"{k!r}: str(ts)")
+        else:
+            namespace[f"m{i}"] = v
+            items.append(f"{k!r}: m{i}")
+    key = "{" + ", ".join(f"{n!r}: row[{n!r}]" for n in names) + "}" if names else "None"
+    source = (
+        "def build(ev, position):\n"
+        "    row = ev.row\n"
+        "    if row is None or ev.extra:\n"
+        "        return slow(ev, position, store)\n"
+        "    ts = ev.commit_ts\n"
+        "    md = {" + ", ".join(items) + "}\n"
+        "    try:\n"
+        f"        key = {key}\n"
+        "    except KeyError:\n"
+        "        return slow(ev, position, store)\n"
+        "    kind = ev.kind\n"
+        "    if kind == INSERT_:\n"
+        "        return Record(position, CREATE, md, key, None, row)\n"
+        "    if kind == UPDATE_:\n"
+        "        return Record(position, UPDATE, md, key, ev.old, row)\n"
+        "    if kind == DELETE_:\n"
+        "        return Record(position, DELETE, md, key, row, None)\n"
+        "    return slow(ev, position, store)\n"
+    )
+    exec(compile(source, f"<cdcflow.ticdc record builder {table.collection}>", "exec"), namespace)
+    build = namespace["build"]
+    if len(_BUILDERS) > 1024:
+        _BUILDERS.clear()
+    _BUILDERS[cache_key] = (table, store, build)
+    return build
 
 
 def _row_record(ev: RowChange, position: bytes, store) -> Record:
@@ -258,7 +327,39 @@ def from_record(record: Record, store=None) -> Event:
 
 
 def from_records(records, store=None) -> list[Event]:
-    return [from_record(r, store) for r in records]
+    """Batch form of ``from_record``: data records whose schema reference repeats the previous
+    one's reuse its table and skip the per-record dispatch; the rest go through ``from_record``."""
+    out: list[Event] = []
+    append = out.append
+    last_ref = None
+    table = None
+    op_kind = _OP_KIND
+    for record in records:
+        md = record.metadata
+        if store is None or META_CONTROL in md:
+            append(from_record(record, store))
+            continue
+        ref = (md.get(META_PAYLOAD_SCHEMA_SUBJECT), md.get(META_PAYLOAD_SCHEMA_VERSION), md.get(META_PARTITION))
+        if ref != last_ref or ref[0] is None or ref[1] is None:
+            table = _referenced_table(record, store)
+            last_ref = ref if table is not None else None
+        kind = op_kind.get(record.operation)
+        ts_text = md.get(META_COMMIT_TS)
+        if table is None or ts_text is None or kind is None or kind == DELETE:
+            append(from_record(record, store))
+            continue
+        row = record.after
+        old = record.before if kind == UPDATE else None
+        if type(row) is not dict or (old is not None and type(old) is not dict):
+            append(from_record(record, store))
+            continue
+        try:
+            ts = int(ts_text)
+        except ValueError:
+            append(from_record(record, store))  # raises the typed error
+            continue
+        append(RowChange(table, kind, ts, row, old, {} if md.keys() <= _NOT_EXTRA else _extra_of(md)))
+    return out
 
 
 def _commit_ts(record: Record, key: str = META_COMMIT_TS) -> int:

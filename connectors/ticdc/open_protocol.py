@@ -407,13 +407,48 @@ def _go_bytes(v):
 class _TableDecoding:
     """A table as one column signature shows it, with a converter per column."""
 
-    __slots__ = ("table", "columns", "specs")
+    __slots__ = ("table", "columns", "specs", "convert")
 
     def __init__(self, table: TableSchema, columns: dict[str, tuple[int, int, Callable]]):
         self.table = table
         self.columns = columns  # name -> (type code, flags, converter)
         # the same in the message's column order, for the fast path
         self.specs = tuple((name, t, f, conv) for name, (t, f, conv) in columns.items())
+        self.convert = _compile_convert(self.specs)
+
+
+def _compile_convert(specs) -> Callable[[dict], dict | None]:
+    """Generate ``image -> row`` for one column signature: type code and flags checked and the
+    value converted per column in one function body (integers and strings inline); None on any
+    surprise, so the checked path can say what is wrong."""
+    namespace: dict[str, Any] = {"_expect_str": _expect_str}
+    checks, items = [], []
+    for i, (name, t, f, conv) in enumerate(specs):
+        c, v = f"c{i}", f"v{i}"
+        checks.append(f"{c} = image[{name!r}]")
+        checks.append(f"if {c}['t'] != {t} or {c}['f'] != {f}: return None")
+        if t in _INT_CODES:
+            lo, hi = _INT_RANGE[t][1 if f & FLAG_UNSIGNED else 0]
+            expr = f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else _bad())"
+        elif conv is _expect_str:
+            expr = f"({v} if type({v}) is str else _bad())"
+        else:
+            namespace[f"f{i}"] = conv
+            expr = f"f{i}({v})"
+        items.append(f"{name!r}: None if ({v} := {c}['v']) is None else {expr}")
+    source = ("def convert(image):\n"
+              f"    if len(image) != {len(specs)}:\n        return None\n"
+              "    try:\n"
+              + "".join(f"        {line}\n" for line in checks)
+              + "        return {" + ", ".join(items) + "}\n"
+              "    except Exception:\n        return None\n")
+    namespace["_bad"] = _bad_value
+    exec(compile(source, "<cdcflow.open-protocol row converter>", "exec"), namespace)
+    return namespace["convert"]
+
+
+def _bad_value():
+    raise ValueError("value does not fit its column")
 
 
 class OpenProtocolDecoder:
@@ -601,20 +636,9 @@ def _hint_fits(hint: TableSchema, wire: TableSchema, ptn) -> bool:
 
 
 def _convert_fast(dec: _TableDecoding, image: dict) -> dict | None:
-    """Convert an image whose columns are in the cached order; None on any
+    """Convert an image holding the cached signature's columns (by name); None on any
     surprise (the caller then takes the checked path for a precise error)."""
-    out = {}
-    try:
-        for (name, t, f, conv), c in zip(dec.specs, image.values()):
-            v = c["v"]
-            if c["t"] != t or c["f"] != f:
-                return None
-            out[name] = None if v is None else conv(v)
-    except Exception:
-        return None
-    if len(out) != len(image) or out.keys() != image.keys():
-        return None
-    return out
+    return dec.convert(image)
 
 
 class _SignatureChanged(Exception):
@@ -848,7 +872,7 @@ class _TableEncoding:
     """Per-table precomputation: key JSON prefix, and per column its name, the
     constant part of its column object and its value converter."""
 
-    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle")
+    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "image")
 
     def __init__(self, table: TableSchema):
         self.table = table
@@ -864,6 +888,41 @@ class _TableEncoding:
                               _native_to_wire(table, col)) for col in table.columns)
         self.by_name = {c[0] for c in self.columns}
         self.handle = frozenset(c.name for c in table.columns if c.handle_key)
+        self.image = _compile_image(table, self.columns)
+
+
+def _compile_image(table: TableSchema, columns) -> Callable[[dict], dict]:
+    """Generate ``row -> {column: {"t", "h"?, "f", "v"}}`` for a row holding exactly the table's
+    columns: one nested dict display, integers and plain strings checked inline. Raises
+    ``_NotFast`` (or KeyError) for anything else; ``_image`` then raises the error naming the column."""
+    namespace: dict[str, Any] = {"_not_fast": _not_fast}
+    items = []
+    for i, (name, t, h, f, conv) in enumerate(columns):
+        col = table.column(name)
+        v = f"v{i}"
+        if t in _INT_CODES and conv.__name__ == "enc_int":
+            lo, hi = _INT_RANGE[t][1 if col.unsigned else 0]
+            expr = f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else _not_fast())"
+        elif conv.__name__ in ("enc_text", "enc_json"):
+            expr = f"({v} if type({v}) is str else _not_fast())"
+        else:
+            namespace[f"f{i}"] = conv
+            expr = f"f{i}({v})"
+        head = f'"t": {t}, "h": True, "f": {f}' if h else f'"t": {t}, "f": {f}'
+        items.append(f"{name!r}: {{{head}, \"v\": None if ({v} := row[{name!r}]) is None else {expr}}}")
+    source = ("def image(row):\n"
+              f"    if len(row) != {len(columns)}:\n        _not_fast()\n"
+              "    return {" + ", ".join(items) + "}\n")
+    exec(compile(source, f"<cdcflow.open-protocol image {table.collection}>", "exec"), namespace)
+    return namespace["image"]
+
+
+class _NotFast(Exception):
+    """The generated image builder cannot take this row; the checked path will."""
+
+
+def _not_fast():
+    raise _NotFast
 
 
 class OpenProtocolEncoder:
@@ -991,6 +1050,11 @@ def _image(enc: _TableEncoding, row: dict | None, names) -> dict:
     """One row image as ``{column: {"t", "h"?, "f", "v"}}`` in table order."""
     if row is None:
         raise UnsupportedEvent(CODEC, enc.table.collection, "row image is missing")
+    if names is None:
+        try:
+            return enc.image(row)
+        except (_NotFast, KeyError):
+            pass  # the checked loop below raises the precise error (or takes a partial row)
     out = {}
     n = 0
     for name, t, h, f, conv in enc.columns:
