@@ -1,0 +1,113 @@
+"""The driver loop: micro-batches of Spark jobs over every live source partition.
+
+Each micro-batch is one Spark job with one Spark partition per source partition
+(``mapPartitions``); each task works up to its budget and returns counts. The
+tasks persist positions themselves, so the driver holds no state that a crash
+could lose. Partitions whose bounded source ended drop out; a pipeline that
+stopped or failed drops out with its reason. The loop ends when nothing is
+live, when ``until_idle`` sees a micro-batch that read nothing anywhere, or when
+``request_stop`` was called (SIGINT/SIGTERM): the in-flight micro-batch finishes
+its current batches, checkpoints, and the run returns normally.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .metrics import RunMetrics
+from .plan import PartitionTask, RunContext
+from .progress import ProgressDisplay, Totals
+from .task import TaskStats, run_partitions
+
+log = logging.getLogger("cdcflow.engine.driver")
+
+
+@dataclass
+class LoopResult:
+    totals: Totals
+    failures: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _spark_job(spark_context, ctx: RunContext, tasks: list[PartitionTask]) -> list[TaskStats]:
+    def work(items):
+        return run_partitions(ctx, list(items))
+
+    rdd = spark_context.parallelize(tasks, len(tasks))
+    return rdd.mapPartitions(work).collect()
+
+
+class Driver:
+    def __init__(
+        self,
+        spark_context,
+        ctx: RunContext,
+        tasks: list[PartitionTask],
+        *,
+        until_idle: bool = False,
+        trigger_interval: float = 1.0,
+        display: ProgressDisplay | None = None,
+        metrics: RunMetrics | None = None,
+    ):
+        self.sc = spark_context
+        self.ctx = ctx
+        self.tasks = list(tasks)
+        self.until_idle = until_idle
+        self.trigger_interval = trigger_interval
+        self.display = display or ProgressDisplay(enabled=False)
+        self.metrics = metrics
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """Finish the in-flight micro-batch and return (safe from a signal handler)."""
+        if not self._stop.is_set():
+            self._stop.set()
+            try:
+                self.ctx.state.request_stop()
+            except OSError:  # the state dir vanished: tasks stop at their budget anyway
+                pass
+
+    def run(self) -> LoopResult:
+        self.ctx.state.clear_stop()
+        result = LoopResult(Totals())
+        live = list(self.tasks)
+        try:
+            while live and not self._stop.is_set():
+                started = time.monotonic()
+                stats = _spark_job(self.sc, self.ctx, live)
+                seconds = time.monotonic() - started
+                result.totals.add(stats, seconds)
+                live = self._next_live(live, stats, result)
+                if self.metrics is not None:
+                    self.metrics.observe(stats, seconds, len(live))
+                self.display.update(result.totals)
+                if not live:
+                    break
+                if all(s.read == 0 and (s.idle or s.ended) for s in stats):
+                    if self.until_idle:
+                        log.info("every live partition is idle: stopping (--until-idle)")
+                        break
+                    self._stop.wait(self.trigger_interval)
+        finally:
+            self.display.close()
+            result.interrupted = self._stop.is_set()
+            self.ctx.state.clear_stop()
+        return result
+
+    def _next_live(self, live: list[PartitionTask], stats: list[TaskStats], result: LoopResult) -> list[PartitionTask]:
+        done: set[PartitionTask] = set()
+        dead_pipelines: set[str] = set()
+        for s in stats:
+            if s.ended:
+                done.add(s.task)
+            problem = s.stopped or s.error
+            if problem:
+                if s.task.pipeline not in dead_pipelines:
+                    result.failures.append(problem if s.stopped else f"pipeline {s.task.pipeline} failed: {problem}")
+                else:
+                    result.failures.append(problem)
+                dead_pipelines.add(s.task.pipeline)
+        return [t for t in live if t not in done and t.pipeline not in dead_pipelines]

@@ -1,0 +1,191 @@
+"""``run`` as a function: load and validate pipeline files, start Spark, run, summarise.
+
+The CLI (``commands.py``) is a thin wrapper; tests and embedders call ``run_files``
+directly (optionally with their own Spark session).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, TextIO
+
+from ..errors import CdcflowError, ConfigError, PluginNotFoundError
+from ..pipeline.model import PipelineConfig
+from .driver import Driver
+from .metrics import RunMetrics
+from .plan import Limits, RunContext, plan_partitions
+from .progress import ProgressDisplay, Totals, summary
+from .session import parse_conf_pairs, resolve_master, ship_plugins, start_session
+from .state import RunLock, StateDir
+
+log = logging.getLogger("cdcflow.engine")
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+DEFAULT_STATE_DIR = ".cdcflow"
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int
+    problems: list[str] = field(default_factory=list)  # validation problems (exit 2)
+    failures: list[str] = field(default_factory=list)  # pipeline failures (exit 1)
+    totals: Totals | None = None
+    state_dir: Path | None = None
+    outputs: list[str] = field(default_factory=list)
+    startup_seconds: float = 0.0
+    interrupted: bool = False
+    summary: str = ""
+
+
+def _validation_problems(paths: list[str], env: Mapping[str, str] | None, registry):
+    """Every problem ``cdcflow validate`` would report, plus the parsed pipelines."""
+    from ..pipeline.validate import validate_files
+
+    result = validate_files(paths, env=env, registry=registry)
+    return result.pipelines, [str(p) for p in result.problems]
+
+
+def default_state_dir(paths: list[str], cli: str | None, pipelines: list[PipelineConfig]) -> Path:
+    """``--state-dir`` > the first pipeline's ``engine.state-dir`` > ``.cdcflow/`` beside the first file."""
+    if cli:
+        return Path(cli)
+    for p in pipelines:
+        if p.engine.state_dir:
+            return Path(p.engine.state_dir)
+    return Path(paths[0]).resolve().parent / DEFAULT_STATE_DIR
+
+
+def _outputs(pipelines: list[PipelineConfig]) -> list[str]:
+    """Where the destinations put things, as far as their settings tell."""
+    out = []
+    for p in pipelines:
+        for d in p.destinations:
+            where = next((d.settings[k] for k in ("path", "url", "uri", "topic") if d.settings.get(k)), None)
+            out.append(f"{p.id}/{d.id} ({d.plugin}): {where}" if where else f"{p.id}/{d.id} ({d.plugin})")
+        dlq = p.dead_letter_queue
+        where = dlq.settings.get("path")
+        out.append(f"{p.id} dead-letter queue ({dlq.plugin})" + (f": {where}" if where else ""))
+    return out
+
+
+def _limits(pipelines: list[PipelineConfig], base: Limits | None) -> Limits:
+    limits = Limits(**vars(base)) if base else Limits()
+    for p in pipelines:
+        budget = p.engine.extra.get("micro-batch-duration")
+        if budget is not None:
+            limits.task_seconds = float(budget)
+    return limits
+
+
+def run_files(
+    paths: list[str],
+    *,
+    pipeline_ids: list[str] | None = None,
+    master: str | None = None,
+    conf: list[str] | None = None,
+    until_idle: bool = False,
+    metrics_port: int | None = None,
+    state_dir: str | None = None,
+    plugins_dir: str | None = None,
+    env: Mapping[str, str] | None = None,
+    limits: Limits | None = None,
+    out: TextIO | None = None,
+    progress: bool = True,
+    on_driver: Callable[[Driver], None] | None = None,
+) -> RunOutcome:
+    """Run the pipelines of ``paths``; never raises for expected failures (see exit_code)."""
+    out = out or sys.stdout
+    from ..registry import load_registry
+
+    registry = load_registry(plugins_dir)
+    pipelines, problems = _validation_problems(paths, env, registry)
+    try:
+        cli_conf = parse_conf_pairs(conf or [])
+    except ValueError as e:
+        problems.append(str(e))
+    if pipeline_ids:
+        known = {p.id for p in pipelines}
+        for pid in pipeline_ids:
+            if pid not in known:
+                problems.append(f"--pipeline {pid}: no such pipeline (known: {', '.join(sorted(known)) or 'none'})")
+        pipelines = [p for p in pipelines if p.id in pipeline_ids]
+    if problems:
+        return RunOutcome(EXIT_INVALID, problems=problems)
+    selected = [p for p in pipelines if p.status != "stopped"]
+    for p in pipelines:
+        if p.status == "stopped":
+            log.info("pipeline %s has status stopped: not run", p.id)
+    if not selected:
+        return RunOutcome(EXIT_INVALID, problems=["no pipeline to run (every selected pipeline has status stopped)"])
+
+    state = StateDir(default_state_dir(paths, state_dir, selected)).create()
+    outcome = RunOutcome(EXIT_OK, state_dir=state.root, outputs=_outputs(selected))
+    with RunLock(state):
+        file_master = next((p.engine.master for p in selected if p.engine.master), None)
+        spark_conf: dict[str, str] = {}
+        for p in selected:
+            spark_conf.update(p.engine.conf)
+        spark_conf.update(cli_conf)
+        session = start_session(resolve_master(master, file_master), spark_conf, state)
+        outcome.startup_seconds = session.startup_seconds
+        metrics = RunMetrics()
+        try:
+            ship_plugins(session, state)
+            try:
+                tasks = plan_partitions(selected, registry)
+            except (ConfigError, PluginNotFoundError) as e:
+                return RunOutcome(EXIT_INVALID, problems=[str(e)], state_dir=state.root)
+            except CdcflowError as e:
+                return RunOutcome(EXIT_FAILED, failures=[f"cannot start: {e}"], state_dir=state.root)
+            ctx = RunContext(
+                pipelines={p.id: p for p in selected},
+                state=state,
+                plugins_dir=str(plugins_dir) if plugins_dir else None,
+                limits=_limits(selected, limits),
+            )
+            if metrics_port is not None:
+                port = metrics.serve(metrics_port)
+                log.info("Prometheus metrics on http://0.0.0.0:%d/metrics", port)
+            driver = Driver(
+                session.spark.sparkContext,
+                ctx,
+                tasks,
+                until_idle=until_idle,
+                trigger_interval=min(p.engine.trigger_interval for p in selected),
+                display=ProgressDisplay(enabled=progress),
+                metrics=metrics,
+            )
+            if on_driver is not None:
+                on_driver(driver)
+            loop = driver.run()
+            _teardown_executors(session.spark.sparkContext)
+        finally:
+            metrics.close()
+            if session.owned:
+                session.spark.stop()
+    outcome.totals = loop.totals
+    outcome.failures = loop.failures
+    outcome.interrupted = loop.interrupted
+    outcome.exit_code = EXIT_FAILED if loop.failures else EXIT_OK
+    outcome.summary = summary(loop.totals, outcome.outputs, loop.failures, outcome.startup_seconds)
+    if loop.totals.total_read() == 0 and not loop.failures:
+        outcome.summary += (
+            f"\n  nothing new to read: sources continue from their saved positions in {state.root}"
+            " (delete that directory to start over)"
+        )
+    print(outcome.summary, file=out)
+    return outcome
+
+
+def _teardown_executors(sc) -> None:
+    """Best effort: close cached plugins in the Python workers Spark reaches now."""
+    from .task import teardown_all
+
+    n = max(1, sc.defaultParallelism)
+    try:
+        sc.parallelize(range(n), n).foreach(lambda _: teardown_all())
+    except Exception:  # noqa: BLE001 - durability never depends on this
+        log.debug("executor teardown job failed", exc_info=True)

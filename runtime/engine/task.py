@@ -1,0 +1,463 @@
+"""One source partition's share of a micro-batch, run inside a Spark task.
+
+Per batch: read → source processors → pipeline processors → for each destination
+its processors then a synchronous, durable ``write`` → rejected records to the
+DLQ (Conduit's nack window decides whether the pipeline stops instead) → save the
+partition's position and window atomically → ``ack`` the source. Only records
+before a stop are acknowledged; records written past it are duplicates on the
+next run, never losses.
+
+Plugins are expensive to start (a standalone plugin is a subprocess), so every
+Python worker process keeps what it opened in a process-level cache keyed by the
+plugin's configuration and reuses it across tasks and micro-batches. A cached
+source is reused only if it stopped exactly at the partition's saved position;
+otherwise (the partition ran in another process meanwhile) it is reopened there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import CdcflowError
+from ..pipeline.model import ConnectorConfig, PipelineConfig
+from ..record import (
+    META_SOURCE_CONNECTOR_ID,
+    META_SOURCE_PLUGIN_NAME,
+    META_SOURCE_PLUGIN_VERSION,
+    Record,
+)
+from .dlq import NackWindow, dlq_record
+from .plan import PartitionTask, RunContext
+from .state import PartitionState
+
+log = logging.getLogger("cdcflow.engine.task")
+
+
+class PipelineStopped(CdcflowError):
+    """The pipeline stopped on purpose: nack threshold exceeded or the DLQ write failed."""
+
+
+@dataclass
+class TaskStats:
+    """What a task reports back to the driver: counts only, never records."""
+
+    task: PartitionTask
+    read: int = 0
+    filtered: int = 0
+    written: dict[str, int] = field(default_factory=dict)
+    nacked: dict[str, int] = field(default_factory=dict)  # node id → nacks
+    dlq: int = 0
+    ended: bool = False
+    idle: bool = False
+    lag: int | None = None
+    seconds: float = 0.0
+    stopped: str | None = None  # DLQ stop: the message
+    error: str | None = None  # anything else that failed the partition
+
+
+# -- process-level plugin cache ------------------------------------------------
+_lock = threading.Lock()
+_registry_cache: dict[tuple, Any] = {}
+_pipeline_cache: dict[tuple, "_PipelineParts"] = {}
+_source_cache: dict[tuple, "_OpenSource"] = {}
+
+
+@dataclass
+class _Destination:
+    config: ConnectorConfig
+    plugin: Any
+    chain: Any  # connector-level processors (None when there are none)
+
+
+@dataclass
+class _PipelineParts:
+    chain: Any
+    destinations: list[_Destination]
+    dlq: Any
+
+    def teardown(self) -> None:
+        for part in [self.chain, self.dlq, *(d.chain for d in self.destinations), *(d.plugin for d in self.destinations)]:
+            _quiet_teardown(part)
+
+
+@dataclass
+class _OpenSource:
+    plugin: Any
+    chain: Any
+    position: bytes | None  # where the next read continues: the last acknowledged position
+    name: str
+    version: str
+    fingerprint: str  # the source's configuration: a changed pipeline file reopens it
+
+    def teardown(self) -> None:
+        try:
+            self.plugin.stop()
+        except Exception:  # noqa: BLE001 - closing after a failure must not hide it
+            log.debug("source stop failed", exc_info=True)
+        _quiet_teardown(self.chain)
+        _quiet_teardown(self.plugin)
+
+
+def _quiet_teardown(part: Any) -> None:
+    if part is None:
+        return
+    try:
+        part.teardown()
+    except Exception:  # noqa: BLE001
+        log.debug("teardown of %r failed", part, exc_info=True)
+
+
+def _prepare_process(ctx: RunContext) -> None:
+    """Point this process's schema store at the run's shared SQLite file."""
+    from ..schemas import STORE_ENV, set_default_store
+
+    if os.environ.get(STORE_ENV) != ctx.schema_store:
+        os.environ[STORE_ENV] = ctx.schema_store
+        set_default_store(None)  # a reused worker may hold another run's store
+
+
+def _registry(ctx: RunContext):
+    import sys
+
+    from ..registry import load_registry
+
+    key = (ctx.plugins_dir, tuple(sys.path))  # shipped plugin zips extend sys.path
+    with _lock:
+        reg = _registry_cache.get(key)
+        if reg is None:
+            reg = _registry_cache[key] = load_registry(ctx.plugins_dir)
+        return reg
+
+
+def _build_chain(processors, registry):
+    if not processors:
+        return None
+    from ..pipeline.chain import build_chain
+
+    return build_chain(processors, registry)
+
+
+def _open_destination(cfg: ConnectorConfig, plugin_ref: str, registry, settings_side: str = "destination"):
+    info = registry.connector(plugin_ref)
+    settings = info.validate(settings_side, cfg.settings, plugin_id=cfg.id)
+    dest = info.new_destination()
+    dest.id = cfg.id
+    dest.configure(settings)
+    dest.open()
+    return dest
+
+
+def _pipeline_parts(ctx: RunContext, pipe: PipelineConfig, registry) -> _PipelineParts:
+    key = (str(ctx.state.root), pipe.id, repr((pipe.processors, pipe.destinations, pipe.dead_letter_queue)))
+    with _lock:
+        parts = _pipeline_cache.get(key)
+    if parts is not None:
+        return parts
+    built: list[Any] = []
+    try:
+        chain = _build_chain(pipe.processors, registry)
+        built.append(chain)
+        dests = []
+        for cfg in pipe.destinations:
+            plugin = _open_destination(cfg, cfg.plugin, registry)
+            built.append(plugin)
+            dchain = _build_chain(cfg.processors, registry)
+            built.append(dchain)
+            dests.append(_Destination(cfg, plugin, dchain))
+        dlq_cfg = pipe.dead_letter_queue
+        dlq = _open_destination(
+            ConnectorConfig(id=f"{pipe.id}-dlq", type="destination", plugin=dlq_cfg.plugin, settings=dlq_cfg.settings),
+            dlq_cfg.plugin,
+            registry,
+        )
+    except BaseException:
+        for part in built:
+            _quiet_teardown(part)
+        raise
+    parts = _PipelineParts(chain, dests, dlq)
+    with _lock:
+        _pipeline_cache[key] = parts
+    return parts
+
+
+def _open_source(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, state: PartitionState, registry) -> _OpenSource:
+    cfg = next(c for c in pipe.sources if c.id == task.source)
+    key = (str(ctx.state.root), pipe.id, task.source, task.partition)
+    fingerprint = repr(cfg)
+    with _lock:
+        cached = _source_cache.get(key)
+    if cached is not None:
+        if cached.position == state.position and cached.fingerprint == fingerprint:
+            return cached
+        _evict_source(key)
+    info = registry.connector(cfg.plugin)
+    settings = info.validate("source", cfg.settings, plugin_id=cfg.id)
+    plugin = info.new_source()
+    plugin.id = cfg.id
+    chain = None
+    try:
+        plugin.configure(settings)
+        plugin.open(state.position, task.partition)
+        chain = _build_chain(cfg.processors, registry)
+    except BaseException:
+        _quiet_teardown(chain)
+        _quiet_teardown(plugin)
+        raise
+    opened = _OpenSource(plugin, chain, state.position, info.name, info.version, fingerprint)
+    with _lock:
+        _source_cache[key] = opened
+    return opened
+
+
+def _evict_source(key: tuple) -> None:
+    with _lock:
+        src = _source_cache.pop(key, None)
+    if src is not None:
+        src.teardown()
+
+
+def _evict_pipeline(ctx: RunContext, pipeline_id: str) -> None:
+    root = str(ctx.state.root)
+    with _lock:
+        srcs = [k for k in _source_cache if k[0] == root and k[1] == pipeline_id]
+        parts = [k for k in _pipeline_cache if k[0] == root and k[1] == pipeline_id]
+        popped_parts = [_pipeline_cache.pop(k) for k in parts]
+    for k in srcs:
+        _evict_source(k)
+    for p in popped_parts:
+        p.teardown()
+
+
+def teardown_all() -> int:
+    """Close every cached plugin in this process (end of run, best effort)."""
+    with _lock:
+        srcs = list(_source_cache)
+        parts = list(_pipeline_cache.values())
+        _pipeline_cache.clear()
+    for k in srcs:
+        _evict_source(k)
+    for p in parts:
+        p.teardown()
+    return len(srcs) + len(parts)
+
+
+# -- the batch cycle ------------------------------------------------------------
+class _Nacks:
+    """First rejection per source position (a record is nacked once, like Conduit)."""
+
+    __slots__ = ("by_position", "counts")
+
+    def __init__(self) -> None:
+        self.by_position: dict[bytes, tuple[Record, str, str]] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, record: Record, node: str, error: str) -> None:
+        if record.position not in self.by_position:
+            self.by_position[record.position] = (record, node, error)
+            self.counts[node] = self.counts.get(node, 0) + 1
+
+
+def _run_chain(chain, records: list[Record], nacks: _Nacks) -> tuple[list[Record], int]:
+    """Apply a chain; returns the surviving records and how many were filtered."""
+    if chain is None or not records:
+        return records, 0
+    result = chain.process(records)
+    for n in result.nacks:
+        nacks.add(n.record, n.node_id, str(n.error))
+    filtered = max(0, len(records) - len(result.records) - len(result.nacks))
+    return result.records, filtered
+
+
+def _process_batch(
+    batch: list[Record],
+    source: _OpenSource,
+    parts: _PipelineParts,
+    stats: TaskStats,
+) -> _Nacks:
+    nacks = _Nacks()
+    src_id, name, version = stats.task.source, source.name, source.version
+    for r in batch:
+        md = r.metadata
+        md[META_SOURCE_CONNECTOR_ID] = src_id
+        md[META_SOURCE_PLUGIN_NAME] = name
+        md[META_SOURCE_PLUGIN_VERSION] = version
+    records, f1 = _run_chain(source.chain, batch, nacks)
+    records, f2 = _run_chain(parts.chain, records, nacks)
+    stats.filtered += f1 + f2
+    fan_out = len(parts.destinations) > 1
+    for dest in parts.destinations:
+        drecs = records
+        if dest.chain is not None:
+            if fan_out:
+                drecs = [r.copy() for r in drecs]  # its processors must not change what the others get
+            drecs, f = _run_chain(dest.chain, drecs, nacks)
+            stats.filtered += f
+        if not drecs:
+            continue
+        errors = dest.plugin.write(drecs)
+        failed = 0
+        if errors:
+            if len(errors) != len(drecs):
+                raise CdcflowError(
+                    f"destination {dest.config.id}: write returned {len(errors)} results for {len(drecs)} records"
+                )
+            for r, err in zip(drecs, errors):
+                if err is not None:
+                    failed += 1
+                    nacks.add(r, dest.config.id, str(err))
+        stats.written[dest.config.id] = stats.written.get(dest.config.id, 0) + len(drecs) - failed
+    return nacks
+
+
+def _settle(
+    ctx: RunContext,
+    pipe: PipelineConfig,
+    task: PartitionTask,
+    batch: list[Record],
+    nacks: _Nacks,
+    state: PartitionState,
+    source: _OpenSource,
+    parts: _PipelineParts,
+    stats: TaskStats,
+) -> None:
+    """Apply the nack window, write the DLQ, then save and acknowledge what is settled."""
+    positions = [r.position for r in batch]
+    stop_at: int | None = None
+    reason = ""
+    window_after = state.window
+    dlq_cfg = pipe.dead_letter_queue
+    if not nacks.by_position and any(state.window):
+        # acks slide earlier nacks out of the window (cheap: O(window-size))
+        clean = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, state.window)
+        clean.ack(len(positions))
+        window_after = clean.snapshot()
+    if nacks.by_position:
+        unmatched = nacks.by_position.keys() - set(positions)
+        if unmatched:
+            _, node, error = nacks.by_position[next(iter(unmatched))]
+            raise CdcflowError(
+                f"node {node} rejected a record whose position is not one the source produced in this batch "
+                f"(a processor changed .Position?); cannot route it to the DLQ safely: {error}"
+            )
+        window = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, state.window)
+        before_nack: dict[int, list[int]] = {}  # window as it was before each nack, for partial acks
+        dlq_items: list[tuple[int, Record]] = []
+        run = 0
+        for i, pos in enumerate(positions):
+            hit = nacks.by_position.get(pos)
+            if hit is None:
+                run += 1
+                continue
+            window.ack(run)
+            run = 0
+            before_nack[i] = window.snapshot()
+            record, node, error = hit
+            if not window.nack():
+                stop_at = i
+                reason = (
+                    f"pipeline {pipe.id} stopped: {window.nacks} nacks in the last {window.size} records exceed "
+                    f"window-nack-threshold {window.threshold} (source {task}, node {node}: {error})"
+                )
+                break
+            dlq_items.append((i, dlq_record(record, node, error)))
+        else:
+            window.ack(run)
+        window_after = window.snapshot() if stop_at is None else before_nack[stop_at]
+        if dlq_items:
+            failed_at: int | None = None
+            why = ""
+            try:
+                results = parts.dlq.write([r for _, r in dlq_items])
+            except Exception as e:  # noqa: BLE001 - a DLQ failure stops the pipeline, with its reason
+                failed_at, why = dlq_items[0][0], f"{type(e).__name__}: {e}"
+            else:
+                for (i, _), err in zip(dlq_items, results or ()):
+                    if err is not None:
+                        failed_at, why = i, str(err)
+                        break
+            if failed_at is not None:
+                stop_at = failed_at if stop_at is None else min(stop_at, failed_at)
+                window_after = before_nack[stop_at]
+                reason = f"pipeline {pipe.id} stopped: writing to the dead-letter queue failed (source {task}): {why}"
+            delivered = [i for i, _ in dlq_items if stop_at is None or i < stop_at]
+            stats.dlq += len(delivered)
+        for node, n in nacks.counts.items():
+            stats.nacked[node] = stats.nacked.get(node, 0) + n
+    acked = positions if stop_at is None else positions[:stop_at]
+    if acked:
+        state.position = acked[-1]
+        state.window = window_after
+        ctx.state.save(task.pipeline, task.source, task.partition, state)
+        source.plugin.ack(acked)
+        source.position = state.position
+    if stop_at is not None:
+        stats.stopped = reason
+        raise PipelineStopped(reason)
+
+
+def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
+    """Work on one partition for up to the task's budget; never raises (errors are in the stats)."""
+    started = time.monotonic()
+    stats = TaskStats(task)
+    try:
+        _prepare_process(ctx)
+        pipe = ctx.pipelines[task.pipeline]
+        registry = _registry(ctx)
+        state = ctx.state.load(task.pipeline, task.source, task.partition)
+        parts = _pipeline_parts(ctx, pipe, registry)
+        source = _open_source(ctx, pipe, task, state, registry)
+        limits = ctx.limits
+        batch_size = pipe.engine.batch_size or limits.batch_size
+        idle_since: float | None = None
+        work_started = time.monotonic()  # the budget excludes opening plugins: every task reads
+        while True:
+            now = time.monotonic()
+            if now - work_started >= limits.task_seconds and (stats.read or stats.idle):
+                break
+            if limits.task_records and stats.read >= limits.task_records:
+                break
+            if ctx.state.stop_requested():
+                break
+            batch = source.plugin.read(batch_size)
+            if batch is None:
+                stats.ended = True
+                if not state.ended:
+                    state.ended = True
+                    ctx.state.save(task.pipeline, task.source, task.partition, state)
+                break
+            if not batch:
+                if idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= limits.idle_timeout:
+                    stats.idle = True
+                    break
+                time.sleep(0.01)
+                continue
+            idle_since = None
+            stats.read += len(batch)
+            nacks = _process_batch(batch, source, parts, stats)
+            _settle(ctx, pipe, task, batch, nacks, state, source, parts, stats)
+        lag = getattr(source.plugin, "lag", None)
+        if callable(lag):
+            try:
+                stats.lag = lag()
+            except Exception:  # noqa: BLE001 - lag is informative only
+                stats.lag = None
+    except PipelineStopped:
+        _evict_pipeline(ctx, task.pipeline)
+    except Exception as e:  # noqa: BLE001 - reported to the driver with its context
+        log.debug("partition %s failed", task, exc_info=True)
+        stats.error = f"source {task}: {type(e).__name__}: {e}"
+        _evict_pipeline(ctx, task.pipeline)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def run_partitions(ctx: RunContext, tasks: Sequence[PartitionTask]) -> list[TaskStats]:
+    """What a Spark task calls for its slice (one partition per Spark partition)."""
+    return [run_partition(ctx, t) for t in tasks]

@@ -1,0 +1,91 @@
+"""Test-only connectors, registered through a real ``cdcflow`` entry point.
+
+The engine tests put this directory on the driver's ``sys.path`` only; the
+engine must ship it to the Spark workers itself (zip with its .dist-info).
+
+- ``test-recorder``: appends pickled records to ``path`` (fsync'ed), so tests compare
+  exact Record objects; rejects records whose key ``id`` is in ``reject`` (comma list)
+  with the message ``rejected id N``.
+- ``test-broken``: every write raises (a DLQ that cannot be written).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+
+import pluggy
+
+from cdcflow.params import Parameter, ParamType
+from cdcflow.sdk import ConnectorPlugin, Destination
+
+hookimpl = pluggy.HookimplMarker("cdcflow")
+
+
+class Recorder(Destination):
+    def configure(self, config):
+        super().configure(config)
+        self.path = config["path"]
+        self.reject = {int(x) for x in str(config.get("reject") or "").split(",") if x.strip()}
+
+    def open(self):
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, records):
+        results, keep = [], []
+        for r in records:
+            rid = r.key.get("id") if isinstance(r.key, dict) else None
+            if rid in self.reject:
+                results.append(f"rejected id {rid}")
+            else:
+                results.append(None)
+                keep.append(r)
+        blob = b"".join(struct.pack(">I", len(p)) + p for p in (pickle.dumps(r) for r in keep))
+        os.write(self.fd, blob)
+        os.fsync(self.fd)
+        return results if any(results) else None
+
+    def teardown(self):
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Broken(Destination):
+    def write(self, records):
+        raise OSError("disk on fire")
+
+
+def read_records(path):
+    """Every record a Recorder wrote to ``path``, in order (a torn tail is ignored)."""
+    out = []
+    try:
+        data = open(path, "rb").read()
+    except FileNotFoundError:
+        return out
+    i = 0
+    while i + 4 <= len(data):
+        (n,) = struct.unpack(">I", data[i:i + 4])
+        if i + 4 + n > len(data):
+            break
+        out.append(pickle.loads(data[i + 4:i + 4 + n]))
+        i += 4 + n
+    return out
+
+
+@hookimpl
+def cdcflow_connectors():
+    return [
+        ConnectorPlugin(
+            name="test-recorder",
+            version="v0.1.0",
+            summary="records pickled records; rejects chosen ids",
+            destination=Recorder,
+            destination_params={
+                "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
+                "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+            },
+        ),
+        ConnectorPlugin(name="test-broken", version="v0.1.0", summary="every write fails", destination=Broken),
+    ]
