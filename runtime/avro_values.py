@@ -46,6 +46,7 @@ from typing import Any, Callable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from .avro_codegen import Unsupported, generate
 from .errors import ConversionError, SchemaError
 
 CDCFLOW_TYPE = "cdcflow.type"
@@ -376,6 +377,10 @@ class Codec:
             self._parsed = parse_schema(_fastavro_schema(schema), _write_hint=False)
         except Exception as e:  # fastavro raises several exception types for a bad schema
             raise SchemaError(f"invalid Avro schema: {e}") from None
+        try:
+            self._fast_encode, self._fast_decode = generate(self.root)
+        except Unsupported:  # fastavro converts what cdcflow does not model
+            self._fast_encode = self._fast_decode = None
 
     # -- public ------------------------------------------------------------------
     def prepare(self, value: Any) -> Any:
@@ -393,6 +398,18 @@ class Codec:
             return False
 
     def encode(self, value: Any) -> bytes:
+        fast = self._fast_encode
+        if fast is not None:
+            out: list[bytes] = []
+            try:
+                fast(value, out)
+                return b"".join(out)
+            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
+                pass
+        return self._reference_encode(value)
+
+    def _reference_encode(self, value: Any) -> bytes:
+        """fastavro after the strict check: the behaviour the generated encoder must match."""
         prepared = self.prepare(value)
         buf = io.BytesIO()
         try:
@@ -402,6 +419,18 @@ class Codec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> Any:
+        fast = self._fast_decode
+        if fast is not None:
+            try:
+                value, end = fast(data, 0)
+                if end == len(data):
+                    return value
+            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
+                pass
+        return self._reference_decode(data)
+
+    def _reference_decode(self, data: bytes) -> Any:
+        """fastavro and the native conversions: the behaviour the generated decoder must match."""
         buf = io.BytesIO(data)
         try:
             value = schemaless_reader(buf, self._parsed, None, return_record_name=True)
@@ -746,7 +775,9 @@ def _union(branches: list[_Node], avro: Any) -> _Node:
     for b in branches:
         for t in b.py_types:
             by_type.setdefault(t, b)
-    needs_dec = any(b.dec is not None for b in branches) or any(b.py_types == (dict, tuple) for b in branches)
+    # fastavro names record, enum and fixed branches (return_record_name): those need unwrapping
+    # (a recursive record is still being compiled here, so its kind is asked, not its decoder)
+    needs_dec = any(b.dec is not None or b.kind in ("record", "enum", "fixed") for b in branches)
 
     def dec(x: Any) -> Any:
         if type(x) is tuple:  # a record branch, named by fastavro (return_record_name)

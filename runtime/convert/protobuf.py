@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from google.protobuf import struct_pb2
 
+from ..avro_codegen import VARINT_TABLE as _VT, VARINT_TABLE_SIZE as _VARINT_TABLE_SIZE
 from ..avro_values import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.opencdc.v1 import opencdc_pb2
@@ -43,6 +44,9 @@ from .structpb import from_struct, to_struct
 
 PbRecord = opencdc_pb2.Record
 _OPERATIONS = tuple(Operation)
+_N_OPERATIONS = len(_OPERATIONS)
+_KEY_SUBJECT = META_KEYS[KEY][0]
+_PAYLOAD_SUBJECT = META_KEYS[PAYLOAD][0]
 _AVRO, _STRUCT = "avro", "struct"
 
 
@@ -54,70 +58,137 @@ def to_proto(
     records: Iterable[Record], store: SchemaStore | None = None, structured: str = _AVRO
 ) -> list[PbRecord]:
     """Build protobuf records; ``store`` defaults to the process's schema store (only used for dicts)."""
-    if structured not in (_AVRO, _STRUCT):
-        raise ValueError(f"structured must be 'avro' or 'struct', not {structured!r}")
-    refs: SchemaRefs | None = None
     out = []
     append = out.append
-    for r in records:
-        key, before, after = r.key, r.before, r.after
-        pb = PbRecord(position=r.position, operation=r.operation)
-        if type(key) is dict or type(before) is dict or type(after) is dict:
-            if structured == _AVRO and refs is None:
-                refs = refs_for(store)
-            _structured(pb, r, refs, structured == _STRUCT)
-            append(pb)
-            continue
-        if r.metadata:
-            pb.metadata.update(r.metadata)
+    for position, operation, metadata, key, before, after in _prepared(records, store, structured):
+        pb = PbRecord(position=position, operation=operation, metadata=metadata)
         if key is not None:
-            pb.key.raw_data = key
+            if type(key) is bytes:
+                pb.key.raw_data = key
+            else:
+                pb.key.structured_data.CopyFrom(key)
         if before is not None:
-            pb.payload.before.raw_data = before
+            if type(before) is bytes:
+                pb.payload.before.raw_data = before
+            else:
+                pb.payload.before.structured_data.CopyFrom(before)
         if after is not None:
-            pb.payload.after.raw_data = after
+            if type(after) is bytes:
+                pb.payload.after.raw_data = after
+            else:
+                pb.payload.after.structured_data.CopyFrom(after)
         append(pb)
     return out
 
 
-def _structured(pb: PbRecord, r: Record, refs: SchemaRefs | None, as_struct: bool) -> None:
+def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structured: str = _AVRO) -> list[bytes]:
+    """``[pb.SerializeToString() for pb in to_proto(...)]`` without building the messages.
+
+    Why: building an ``opencdc.v1.Record`` (its metadata map above all) costs
+    more than the conversion itself; the standalone host only needs the bytes.
+    The bytes parse to a message equal to ``to_proto``'s (map entries may be in
+    another order, which protobuf ignores). Metadata entries repeat across a
+    batch, so each distinct one is encoded once per call.
+    """
+    entries: dict[tuple[str, str], bytes] = {}
+    out = []
+    append = out.append
+    for position, operation, metadata, key, before, after in _prepared(records, store, structured):
+        parts = [b"\x0a", _varint(len(position)), position] if position else []
+        if operation:
+            parts += (b"\x10", _varint(operation))
+        for item in metadata.items():
+            entry = entries.get(item)
+            if entry is None:
+                entry = entries[item] = _map_entry(*item)
+            parts.append(entry)
+        if key is not None:
+            data = _data_wire(key)
+            parts += (b"\x22", _varint(len(data)), data)
+        if before is not None or after is not None:
+            change = []
+            if before is not None:
+                data = _data_wire(before)
+                change += (b"\x0a", _varint(len(data)), data)
+            if after is not None:
+                data = _data_wire(after)
+                change += (b"\x12", _varint(len(data)), data)
+            change_bytes = b"".join(change)
+            parts += (b"\x2a", _varint(len(change_bytes)), change_bytes)
+        append(b"".join(parts))
+    return out
+
+
+def _varint(n: int) -> bytes:
+    if n < _VARINT_TABLE_SIZE:
+        return _VT[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _map_entry(key: str, value: str) -> bytes:
+    k, v = key.encode(), value.encode()
+    entry = b"".join((b"\x0a", _varint(len(k)), k, b"\x12", _varint(len(v)), v))
+    return b"".join((b"\x1a", _varint(len(entry)), entry))
+
+
+def _data_wire(value: bytes | struct_pb2.Struct) -> bytes:
+    if type(value) is bytes:
+        return b"".join((b"\x0a", _varint(len(value)), value))
+    data = value.SerializeToString()
+    return b"".join((b"\x12", _varint(len(data)), data))
+
+
+def _prepared(records: Iterable[Record], store: SchemaStore | None, structured: str):
+    """Per record: (position, operation, metadata, key, before, after), each data side None, the
+    bytes for ``raw_data`` or a Struct for ``structured_data``; metadata with the schema references."""
+    if structured not in (_AVRO, _STRUCT):
+        raise ValueError(f"structured must be 'avro' or 'struct', not {structured!r}")
+    as_struct = structured == _STRUCT
+    refs: SchemaRefs | None = None
+    for r in records:
+        key, before, after = r.key, r.before, r.after
+        if type(key) is dict or type(before) is dict or type(after) is dict:
+            if not as_struct and refs is None:
+                refs = refs_for(store)
+            yield _structured(r, refs, as_struct)
+        else:
+            yield r.position, r.operation, r.metadata, key, before, after
+
+
+def _structured(r: Record, refs: SchemaRefs | None, as_struct: bool) -> tuple:
     metadata = dict(r.metadata)
     derived: list[str] = []
     position = r.position
-    # key
     key = r.key
     if type(key) is dict:
         if as_struct:
-            pb.key.structured_data.CopyFrom(_struct(key, position, "key"))
+            key = _struct(key, position, "key")
         else:
-            (data,), subject, version, was_derived = _attach(refs, metadata, KEY, [key], position)
+            (key,), subject, version, was_derived = _attach(refs, metadata, KEY, [key], position)
             _set_ref(metadata, KEY, subject, version, was_derived, derived)
-            pb.key.raw_data = data
-    elif key is not None:
-        pb.key.raw_data = key
-    # payload
     before, after = r.before, r.after
-    dict_sides = [v for v in (before, after) if type(v) is dict]
-    raw_side = any(v is not None and type(v) is not dict for v in (before, after))
-    if dict_sides and not as_struct and not raw_side:
+    before_dict, after_dict = type(before) is dict, type(after) is dict
+    raw_side = before is not None and not before_dict or after is not None and not after_dict
+    if (before_dict or after_dict) and not as_struct and not raw_side:
+        dict_sides = [v for v in (before, after) if v is not None]
         encoded, subject, version, was_derived = _attach(refs, metadata, PAYLOAD, dict_sides, position)
         _set_ref(metadata, PAYLOAD, subject, version, was_derived, derived)
-        it = iter(encoded)
         if before is not None:
-            pb.payload.before.raw_data = next(it)
+            before = encoded[0]
         if after is not None:
-            pb.payload.after.raw_data = next(it)
+            after = encoded[-1]
     else:
-        for side, value in (("before", before), ("after", after)):
-            if value is None:
-                continue
-            target = getattr(pb.payload, side)
-            if type(value) is dict:
-                target.structured_data.CopyFrom(_struct(value, position, f"payload.{side}"))
-            else:
-                target.raw_data = value
+        if before_dict:
+            before = _struct(before, position, "payload.before")
+        if after_dict:
+            after = _struct(after, position, "payload.after")
     mark_derived(metadata, derived)
-    pb.metadata.update(metadata)
+    return position, r.operation, metadata, key, before, after
 
 
 def _attach(refs: SchemaRefs, metadata: dict, part: str, values: list, position: bytes):
@@ -145,58 +216,65 @@ def _struct(value: dict, position: bytes, where: str) -> struct_pb2.Struct:
 def from_proto(pbs: Iterable[PbRecord], store: SchemaStore | None = None) -> list[Record]:
     """Build records; raw data named by a schema reference is decoded with the store's schema."""
     refs: SchemaRefs | None = None
+    codecs: dict[tuple[str, str], Codec] = {}  # this batch's schemas by the metadata's (subject, version)
     out = []
     append = out.append
     for pb in pbs:
         pb_metadata = pb.metadata
         metadata = {k: pb_metadata[k] for k in pb_metadata}  # faster than dict() on a pb map
-        try:
-            operation = _OPERATIONS[pb.operation]
-        except IndexError:
-            raise ConversionError(
-                f"record at position {pb.position!r}: unknown operation number {pb.operation}"
-            ) from None
-        key = _data(pb.key)
-        payload = pb.payload
-        before = _data(payload.before)
-        after = _data(payload.after)
+        operation = pb.operation
+        if not 0 <= operation < _N_OPERATIONS:
+            raise ConversionError(f"record at position {pb.position!r}: unknown operation number {operation}")
+        key = _data(pb.key) if pb.HasField("key") else None
+        if pb.HasField("payload"):
+            payload = pb.payload
+            before = _data(payload.before) if payload.HasField("before") else None
+            after = _data(payload.after) if payload.HasField("after") else None
+        else:
+            before = after = None
         if (
-            type(key) is bytes and META_KEYS[KEY][0] in metadata
-            or type(before) is bytes and META_KEYS[PAYLOAD][0] in metadata
-            or type(after) is bytes and META_KEYS[PAYLOAD][0] in metadata
+            type(key) is bytes and _KEY_SUBJECT in metadata
+            or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
         ):
             if refs is None:
                 refs = refs_for(store)
             derived = pop_derived(metadata)
-            key = _decode(refs, metadata, KEY, key, pb.position)
-            before = _decode(refs, metadata, PAYLOAD, before, pb.position)
-            after = _decode(refs, metadata, PAYLOAD, after, pb.position)
-            drop_refs(metadata, derived)
-        append(Record(pb.position, operation, metadata, key, before, after))
+            position = pb.position
+            if type(key) is bytes:
+                key = _decode(refs, codecs, metadata, KEY, key, position)
+            if type(before) is bytes:
+                before = _decode(refs, codecs, metadata, PAYLOAD, before, position)
+            if type(after) is bytes:
+                after = _decode(refs, codecs, metadata, PAYLOAD, after, position)
+            if derived:
+                drop_refs(metadata, derived)
+        append(Record(pb.position, _OPERATIONS[operation], metadata, key, before, after))
     return out
 
 
 def _data(d: opencdc_pb2.Data) -> Any:
-    which = d.WhichOneof("data")
-    if which == "raw_data":
+    if d.HasField("raw_data"):
         return d.raw_data
-    if which == "structured_data":
+    if d.HasField("structured_data"):
         return from_struct(d.structured_data)
     return None
 
 
-def _decode(refs: SchemaRefs, metadata: dict, part: str, value: Any, position: bytes) -> Any:
-    if type(value) is not bytes:
-        return value
+def _decode(
+    refs: SchemaRefs, codecs: dict[tuple[str, str], Codec], metadata: dict, part: str, value: bytes, position: bytes
+) -> Any:
     subject_key, version_key = META_KEYS[part]
     subject = metadata.get(subject_key)
     if not subject:
         return value
     version = metadata.get(version_key, "-1")
-    try:
-        codec = refs.codec(subject, version)
-    except SchemaError as e:
-        raise SchemaError(f"record at position {position!r}: {part}: {e}") from None
+    codec = codecs.get((subject, version))
+    if codec is None:
+        try:
+            codec = refs.codec(subject, version)
+        except SchemaError as e:
+            raise SchemaError(f"record at position {position!r}: {part}: {e}") from None
+        codecs[(subject, version)] = codec  # "latest" too: one batch reads one version of it
     try:
         return codec.decode(value)
     except ConversionError as e:

@@ -42,14 +42,20 @@ def encode_batches(
     Returns ``(message bytes, indexes of the records in it)`` per message, and
     an error per index of a record too big to send. Indexes start at ``first_index``.
     """
+    return frame_batches([pb.SerializeToString() for pb in pbs], limit, first_index)
+
+
+def frame_batches(
+    serialized: Sequence[bytes], limit: int, first_index: int = 0
+) -> tuple[list[tuple[bytes, list[int]]], dict[int, str]]:
+    """:func:`encode_batches` for records already serialized (``cdcflow.convert.protobuf.to_wire``)."""
     budget = limit - _HEADROOM
     messages: list[tuple[bytes, list[int]]] = []
     oversized: dict[int, str] = {}
     parts: list[bytes] = []
     indexes: list[int] = []
     size = 0
-    for i, pb in enumerate(pbs, first_index):
-        data = pb.SerializeToString()
+    for i, data in enumerate(serialized, first_index):
         n = len(data) + _FRAME
         if n > budget:
             oversized[i] = too_big(len(data), limit)

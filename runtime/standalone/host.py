@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import grpc
 
-from ..convert.protobuf import from_proto, to_proto
+from ..convert.protobuf import from_proto, to_wire
 from ..errors import PluginCrashedError
 from ..params import Parameter
 from ..pb.connector.v2 import destination_pb2, source_pb2, specifier_pb2
@@ -29,7 +29,7 @@ from ..pb.transform.v1 import transform_pb2
 from ..record import Record
 from ..schemas import SchemaStore, default_store
 from ..sdk import FILTERED, Destination, Failed, Result, Source, Transform
-from .framing import encode_batches
+from .framing import frame_batches
 from .process import HostOptions, PluginCallError, PluginProcess
 from .schema_service import host_services
 from .spec import CONNECTOR, TRANSFORM, PluginSpec, params_from_proto, settings_to_wire
@@ -348,14 +348,14 @@ class StandaloneDestination(_PluginClient, Destination):
         # Convert and send in slices: the plugin decodes and writes one slice
         # while the host converts the next.
         for start in range(0, len(records), PIPELINE_RECORDS):
-            pbs = to_proto(records[start:start + PIPELINE_RECORDS], store, structured=mode)
-            messages, oversized = encode_batches(pbs, limit, start)
+            wire = to_wire(records[start:start + PIPELINE_RECORDS], store, structured=mode)
+            messages, oversized = frame_batches(wire, limit, start)
             for i, err in oversized.items():
                 results[i] = err
                 failed = True
             for data, indexes in messages:
                 self._requests.put(data)
-                expected.extend(pbs[i - start].position for i in indexes)
+                expected.extend(records[i].position or b"" for i in indexes)
         sent_index = [i for i in range(len(records)) if results[i] is None] if failed else None
         k = 0
         while k < len(expected):
@@ -439,8 +439,8 @@ class StandaloneTransform(_PluginClient, Transform):
         if not records:
             return []
         store = self.store
-        pbs = to_proto(records, store, structured=self._structured())
-        messages, oversized = encode_batches(pbs, self.options.max_record_size)
+        messages, oversized = frame_batches(
+            to_wire(records, store, structured=self._structured()), self.options.max_record_size)
         for data, _ in messages:
             self._requests.put(data)
         results: list[Any] = [None] * len(records)
