@@ -74,9 +74,8 @@ def _outputs(pipelines: list[PipelineConfig]) -> list[str]:
 def _limits(pipelines: list[PipelineConfig], base: Limits | None) -> Limits:
     limits = Limits(**vars(base)) if base else Limits()
     for p in pipelines:
-        budget = p.engine.extra.get("micro-batch-duration")
-        if budget is not None:
-            limits.task_seconds = float(budget)
+        if p.engine.micro_batch_duration is not None:
+            limits.task_seconds = p.engine.micro_batch_duration
     return limits
 
 

@@ -246,6 +246,9 @@ class _FileParser:
                 self.problem(node, f"invalid variable reference {m.group(0)!r} (use ${{NAME}} or ${{NAME:-default}})")
                 return m.group(0)
             name, default = m.group(1), m.group(2)
+            if default is not None and "${" in default:
+                self.problem(node, f"nested variable reference in the default of ${{{name}:-...}} is not supported")
+                return m.group(0)
             value = self.env.get(name)
             if default is not None:
                 return value if value else default
@@ -440,20 +443,32 @@ def _engine_conf(parser: _FileParser, node: Node, engine: EngineConfig, what: st
     engine.conf.update(parser.string_map(node, what))
 
 
-def _engine_trigger_interval(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+def _engine_seconds(parser: _FileParser, node: Node, what: str) -> float | None:
+    """A bare number of seconds or a Go duration (500ms, 2s); None after reporting a problem."""
     raw = parser.text(node, what)
     if raw is None:
-        return
+        return None
     try:
-        # a bare number is seconds; otherwise a Go duration such as 500ms or 2s
         seconds = float(raw) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", raw) else parse_duration(raw)
     except ValueError as e:
         parser.problem(node, f"{what}: {e}")
-        return
+        return None
     if seconds < 0:
         parser.problem(node, f"{what} must not be negative, got {raw!r}")
-        return
-    engine.trigger_interval = seconds
+        return None
+    return seconds
+
+
+def _engine_trigger_interval(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    seconds = _engine_seconds(parser, node, what)
+    if seconds is not None:
+        engine.trigger_interval = seconds
+
+
+def _engine_micro_batch_duration(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    seconds = _engine_seconds(parser, node, what)
+    if seconds is not None:
+        engine.micro_batch_duration = seconds
 
 
 def _engine_batch_size(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
@@ -473,6 +488,7 @@ _ENGINE_KEYS: dict[str, Callable[[_FileParser, Node, EngineConfig, str], None]] 
     "master": _engine_master,
     "conf": _engine_conf,
     "trigger-interval": _engine_trigger_interval,
+    "micro-batch-duration": _engine_micro_batch_duration,
     "batch-size": _engine_batch_size,
     "state-dir": _engine_state_dir,
 }
@@ -483,9 +499,9 @@ def _copy_engine(e: EngineConfig) -> EngineConfig:
         master=e.master,
         conf=dict(e.conf),
         trigger_interval=e.trigger_interval,
+        micro_batch_duration=e.micro_batch_duration,
         batch_size=e.batch_size,
         state_dir=e.state_dir,
-        extra=dict(e.extra),
     )
 
 

@@ -7,7 +7,6 @@ node keeps where it came from (file and line) so errors can point at it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,9 @@ class EngineConfig:
     master: str = "local[*]"
     conf: dict[str, str] = field(default_factory=dict)
     trigger_interval: float = 1.0  # seconds between micro-batches of unbounded sources
+    micro_batch_duration: float | None = None  # seconds a task works per micro-batch (engine default if None)
     batch_size: int = 10_000  # records per read/transform/write batch
     state_dir: str | None = None  # default: .cdcflow/ beside the pipeline file
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

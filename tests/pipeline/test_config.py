@@ -243,7 +243,7 @@ def test_unknown_keys_are_problems(tmp_path):
         "F:16: pipeline 'p': dead-letter-queue: unknown key 'window' (known: plugin, settings, window-size, "
         "window-nack-threshold)",
         "F:18: pipeline 'p'.engine: unknown key 'trigger_interval' (known: master, conf, trigger-interval, "
-        "batch-size, state-dir)",
+        "micro-batch-duration, batch-size, state-dir)",
     ]
 
 
@@ -359,3 +359,39 @@ def test_problems_are_sorted_by_file_then_line(tmp_path):
     b = write(tmp_path, "b.yaml", "version: 2.2\npipelines:\n  - {id: y, status: wrong}\n")
     problems = load_files([b, a], env={}).problems
     assert [(Path(p.file).name, p.line) for p in problems] == [("b.yaml", 3), ("a.yaml", 4), ("a.yaml", 5)]
+
+
+def test_nested_default_is_a_problem_not_a_wrong_value(tmp_path):
+    path = write(tmp_path, "nested.yaml", """
+        version: 2.2
+        pipelines:
+          - id: p
+            connectors:
+              - id: src
+                type: source
+                plugin: generator
+                settings:
+                  path: ${OUT:-${HOME}/x}
+    """)
+    result = load_files([path], env={"HOME": "/home/u"})
+    assert [(p.line, "nested variable reference" in p.message) for p in result.problems] == [(9, True)]
+
+
+def test_micro_batch_duration(tmp_path):
+    path = write(tmp_path, "mbd.yaml", """
+        version: 2.2
+        engine:
+          micro-batch-duration: 250ms
+        pipelines:
+          - id: p
+            engine:
+              trigger-interval: "2"
+          - id: q
+            engine:
+              micro-batch-duration: -1s
+    """)
+    result = load_files([path], env={})
+    by_id = {p.id: p for p in result.pipelines}
+    assert by_id["p"].engine.micro_batch_duration == 0.25 and by_id["p"].engine.trigger_interval == 2.0
+    assert [p.line for p in result.problems] == [10]
+    assert "must not be negative" in result.problems[0].message
