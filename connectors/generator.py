@@ -465,6 +465,10 @@ class GeneratorSource(Source):
             self._last = out[-1].position
         return out
 
+    def lag(self) -> int | None:
+        """Records of this partition still to generate (None when unbounded)."""
+        return None if self._limit is None else self._limit - self._next
+
     def _due(self) -> int:
         """Records the rate allows now; sleeps (at most 1 s) until one is due."""
         elapsed = time.monotonic() - self._started

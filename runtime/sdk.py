@@ -54,6 +54,11 @@ class Source(Plugin):
         """Stop producing; return the position of the last record returned by ``read``."""
         return None
 
+    def lag(self) -> int | None:
+        """Records known to be waiting behind the current position (progress and metrics),
+        or None when the source cannot tell."""
+        return None
+
 
 class Destination(Plugin):
     """Writes records."""

@@ -442,12 +442,10 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
             stats.read += len(batch)
             nacks = _process_batch(batch, source, parts, stats)
             _settle(ctx, pipe, task, batch, nacks, state, source, parts, stats)
-        lag = getattr(source.plugin, "lag", None)
-        if callable(lag):
-            try:
-                stats.lag = lag()
-            except Exception:  # noqa: BLE001 - lag is informative only
-                stats.lag = None
+        try:
+            stats.lag = source.plugin.lag()
+        except Exception:  # noqa: BLE001 - lag is informative only
+            stats.lag = None
     except PipelineStopped:
         _evict_pipeline(ctx, task.pipeline)
     except Exception as e:  # noqa: BLE001 - reported to the driver with its context

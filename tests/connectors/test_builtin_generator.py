@@ -165,3 +165,18 @@ def test_bad_settings_name_parameter_and_rule(info, settings, parameter, rule):
         source = info.new_source()
         source.configure(info.validate("source", settings))
     assert (e.value.parameter, e.value.rule) == (parameter, rule)
+
+
+def test_lag_counts_down_to_zero():
+    from cdcflow.connectors.generator import GeneratorSource
+    from cdcflow.params import validate
+    from cdcflow.connectors.builtin import GENERATOR
+
+    src = GeneratorSource()
+    src.configure(validate("generator", GENERATOR.source_params, {"recordCount": "5", "format.type": "raw", "format.options.id": "int"}))
+    src.open(None, src.partitions()[0])
+    assert src.lag() == 5
+    got = src.read(3)
+    assert len(got) == 3 and src.lag() == 2
+    src.read(10)
+    assert src.lag() == 0
