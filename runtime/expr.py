@@ -1,10 +1,15 @@
 """The one expression language for processor conditions and templates.
 
-Built on ``simpleeval``: pipeline text is parsed with ``ast`` and walked by an
-interpreter that only knows a safe subset of Python expressions; nothing is ever
-passed to ``eval``. Expressions are compiled once (parse + static checks that
-reject unknown names, unknown functions and unsupported syntax with a clear
-message), then evaluated per record against a light view of it:
+Built on ``simpleeval``: pipeline text is parsed with ``ast`` and checked against
+simpleeval's safe subset of Python expressions (unknown names, unknown functions
+and unsupported syntax are rejected with a clear message and column). The checked
+tree is then translated once, node by node, into a small Python function (see
+``_Compiler``): every field read becomes a call of the same null-safe accessors the
+interpreter uses, every operator the same (size-limited) simpleeval operator, and
+every literal a bound value, so the generated code holds no text of the pipeline
+and evaluating a record costs a few calls instead of a tree walk. Syntax the
+translator does not know (f-strings, slices) keeps simpleeval's interpreter.
+The record is reachable as:
 
 - ``Position`` (bytes), ``Operation`` (``"create"``, ``"update"``, ``"delete"``,
   ``"snapshot"``), ``Metadata`` (dict of str), ``Key``, ``Payload.Before``,
@@ -332,16 +337,248 @@ def _check(text: str, tree: ast.Expression, known_nodes: set[type]) -> None:
                 raise ExpressionError(text, "only named functions can be called", column=_column(node))
 
 
+# -- compilation into Python functions -------------------------------------------------
+
+#: simpleeval's operators that guard sizes (huge strings, powers, shifts); the others are plain Python
+_GUARDED_OPERATORS = (ast.Add, ast.Mult, ast.Pow, ast.LShift, ast.RShift)
+#: functions whose result is always a bool, so a condition built from them needs no bool check
+_BOOL_FUNCTIONS = frozenset({"contains", "hasPrefix", "hasSuffix", "matches", "empty", "isNull", "bool"})
+_PAYLOAD_PARTS = {"Before": "before", "After": "after"}
+
+
+class _NotCompilable(Exception):
+    """Syntax the translator leaves to simpleeval's interpreter."""
+
+
+def _item(container: Any, key: Any, text: str) -> Any:
+    """``a[b]`` with the interpreter's rules: maps give null for a missing key, null gives null."""
+    if container is None:
+        return None
+    if isinstance(container, dict):
+        return container.get(key)
+    try:
+        return container[key]
+    except (IndexError, KeyError, TypeError) as e:
+        raise ExpressionError(text, f"cannot index {type(container).__name__} with {key!r}: {e}") from None
+
+
+class _Compiler:
+    """Translates a checked expression tree into a Python expression tree over one record.
+
+    The output uses only names this class binds (record variable, temporaries,
+    accessor helpers, functions of ``FUNCTIONS``, literal values): user text never
+    becomes an identifier, an attribute or source code. Field access is
+    ``v.get(name) if type(v) is dict else _field(v, name, text)`` so maps, the
+    common case, cost one inline ``dict.get``.
+    """
+
+    def __init__(self, text: str, prefix: str, record: str):
+        self.text = text
+        self.prefix = prefix
+        self.record = record
+        self.bindings: dict[str, Any] = {}
+        self._temps = 0
+        self._bound_ids: dict[int, str] = {}
+
+    # names -----------------------------------------------------------------
+    def bind(self, value: Any) -> ast.Name:
+        name = self._bound_ids.get(id(value))
+        if name is None:
+            name = f"{self.prefix}k{len(self.bindings)}"
+            self.bindings[name] = value
+            self._bound_ids[id(value)] = name
+        return ast.Name(name, ast.Load())
+
+    def temp(self) -> str:
+        self._temps += 1
+        return f"{self.prefix}t{self._temps}"
+
+    def attr_of_record(self, attr: str) -> ast.expr:
+        return ast.Attribute(ast.Name(self.record, ast.Load()), attr, ast.Load())
+
+    # nodes -----------------------------------------------------------------
+    def expr(self, node: ast.AST) -> ast.expr:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise _NotCompilable(type(node).__name__)
+        return method(node)
+
+    def _Constant(self, node: ast.Constant) -> ast.expr:
+        value = node.value
+        if hasattr(value, "__len__") and len(value) > simpleeval.MAX_STRING_LENGTH:
+            raise _NotCompilable("long literal")  # the interpreter reports it per record, as before
+        if value is None or type(value) in (bool, int, float):
+            return ast.Constant(value)
+        return self.bind(value)
+
+    def _Name(self, node: ast.Name) -> ast.expr:
+        name = node.id
+        if name == "Payload":
+            return ast.Dict(
+                [ast.Constant("Before"), ast.Constant("After")],
+                [self.attr_of_record("before"), self.attr_of_record("after")],
+            )
+        if name == "Metadata":
+            return self.attr_of_record("metadata")
+        if name == "Key":
+            return self.attr_of_record("key")
+        if name == "Position":
+            return self.attr_of_record("position")
+        if name == "Operation":
+            return ast.Attribute(self.attr_of_record("operation"), "text", ast.Load())
+        if name in CONSTANTS:
+            return ast.Constant(CONSTANTS[name])
+        if name in FUNCTIONS:
+            return self.bind(FUNCTIONS[name])
+        raise _NotCompilable(name)  # _check rejected it already
+
+    def _payload_part(self, node: ast.AST, part: Any) -> ast.expr | None:
+        """``Payload.After`` / ``Payload["After"]`` read the record's attribute directly."""
+        if isinstance(node, ast.Name) and node.id == "Payload" and part in _PAYLOAD_PARTS:
+            return self.attr_of_record(_PAYLOAD_PARTS[part])
+        return None
+
+    def _map_get(self, value: ast.expr, key: ast.expr, fallback: ast.expr, fallback_args: list[ast.expr]) -> ast.expr:
+        """``t.get(key) if type(t := value) is dict else fallback(t, key, *args)``."""
+        t = self.temp()
+        test = ast.Compare(
+            ast.Call(self.bind(type), [ast.NamedExpr(ast.Name(t, ast.Store()), value)], []),
+            [ast.Is()], [self.bind(dict)],
+        )
+        get = ast.Call(ast.Attribute(ast.Name(t, ast.Load()), "get", ast.Load()), [key], [])
+        slow = ast.Call(fallback, [ast.Name(t, ast.Load()), key, *fallback_args], [])
+        return ast.IfExp(test, get, slow)
+
+    def _Attribute(self, node: ast.Attribute) -> ast.expr:
+        direct = self._payload_part(node.value, node.attr)
+        if direct is not None:
+            return direct
+        key = ast.Constant(node.attr)  # an identifier checked by _check, not free text
+        return self._map_get(self.expr(node.value), key, self.bind(_field), [self.bind(self.text)])
+
+    def _Subscript(self, node: ast.Subscript) -> ast.expr:
+        if isinstance(node.slice, ast.Constant):
+            direct = self._payload_part(node.value, node.slice.value)
+            if direct is not None:
+                return direct
+        if isinstance(node.slice, ast.Slice):
+            raise _NotCompilable("slice")
+        # the test evaluates the container, then exactly one branch evaluates the key: the interpreter's order
+        return self._map_get(self.expr(node.value), self.expr(node.slice), self.bind(_item), [self.bind(self.text)])
+
+    def _Call(self, node: ast.Call) -> ast.expr:
+        if isinstance(node.func, ast.Name):
+            func = self.bind(FUNCTIONS[node.func.id])
+        else:
+            func = self.expr(node.func)  # a string method, read like any field
+        args = [self.expr(a) for a in node.args]
+        keywords = []
+        for k in node.keywords:
+            if k.arg is None:
+                raise _NotCompilable("**kwargs")
+            keywords.append(ast.keyword(k.arg, self.expr(k.value)))
+        return ast.Call(func, args, keywords)
+
+    def _BinOp(self, node: ast.BinOp) -> ast.expr:
+        left, right = self.expr(node.left), self.expr(node.right)
+        if isinstance(node.op, _GUARDED_OPERATORS):
+            return ast.Call(self.bind(simpleeval.DEFAULT_OPERATORS[type(node.op)]), [left, right], [])
+        return ast.BinOp(left, type(node.op)(), right)
+
+    def _UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+        return ast.UnaryOp(type(node.op)(), self.expr(node.operand))
+
+    def _BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        return ast.BoolOp(type(node.op)(), [self.expr(v) for v in node.values])
+
+    def _Compare(self, node: ast.Compare) -> ast.expr:
+        return ast.Compare(self.expr(node.left), [type(o)() for o in node.ops], [self.expr(c) for c in node.comparators])
+
+    def _IfExp(self, node: ast.IfExp) -> ast.expr:
+        return ast.IfExp(self.expr(node.test), self.expr(node.body), self.expr(node.orelse))
+
+    def _List(self, node: ast.List) -> ast.expr:
+        return ast.List([self.expr(e) for e in node.elts], ast.Load())
+
+    def _Tuple(self, node: ast.Tuple) -> ast.expr:
+        return ast.Tuple([self.expr(e) for e in node.elts], ast.Load())
+
+    def _Set(self, node: ast.Set) -> ast.expr:
+        return ast.Set([self.expr(e) for e in node.elts])
+
+    def _Dict(self, node: ast.Dict) -> ast.expr:
+        if any(k is None for k in node.keys):
+            raise _NotCompilable("** in a map literal")
+        return ast.Dict([self.expr(k) for k in node.keys], [self.expr(v) for v in node.values])
+
+
+def _always_bool(node: ast.AST) -> bool:
+    """True when the expression can only give a bool (so a condition needs no per-record check)."""
+    if isinstance(node, ast.Compare):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, ast.Not)
+    if isinstance(node, ast.BoolOp):
+        return all(_always_bool(v) for v in node.values)
+    if isinstance(node, ast.IfExp):
+        return _always_bool(node.body) and _always_bool(node.orelse)
+    if isinstance(node, ast.Constant):
+        return type(node.value) is bool
+    if isinstance(node, ast.Name):
+        return node.id in CONSTANTS and type(CONSTANTS[node.id]) is bool
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return node.func.id in _BOOL_FUNCTIONS
+    return False
+
+
+def _build_function(name: str, args: list[str], body: list[ast.stmt], bindings: dict[str, Any]) -> Callable[..., Any]:
+    """Compile a function from a generated tree; its globals are the bindings and nothing else."""
+    fn = ast.FunctionDef(
+        name=name,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in args], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=body,
+        decorator_list=[],
+        returns=None,
+    )
+    module = ast.fix_missing_locations(ast.Module([fn], type_ignores=[]))
+    namespace: dict[str, Any] = {"__builtins__": {}, **bindings}
+    exec(compile(module, f"<cdcflow {name}>", "exec"), namespace)  # noqa: S102 - tree generated by _Compiler
+    return namespace[name]
+
+
+class InlineExpression:
+    """An expression translated for embedding in generated code over the record variable ``record``.
+
+    ``source`` is Python text produced by ``ast.unparse`` from the translated tree (so it
+    holds only bound names, operators and numbers); ``bindings`` are the globals it needs.
+    """
+
+    __slots__ = ("source", "bindings", "always_bool")
+
+    def __init__(self, source: str, bindings: dict[str, Any], always_bool: bool):
+        self.source = source
+        self.bindings = bindings
+        self.always_bool = always_bool
+
+
 class Expression:
     """A compiled expression. ``evaluate(record)`` returns its value for that record."""
 
-    __slots__ = ("text", "_tree", "_ev", "_names")
+    __slots__ = ("text", "_tree", "_ev", "_names", "_fn", "_many")
 
     def __init__(self, text: str, tree: ast.AST):
         self.text = text
         self._tree = tree
         self._ev = _Evaluator()
         self._names: _RecordNames = self._ev.names
+        self._fn: Callable[[Record], Any] | None = None
+        self._many: Callable[[list[Record]], list[Any]] | None = None
+        try:
+            compiler = _Compiler(text, "_", "r")
+            value = compiler.expr(tree)
+        except _NotCompilable:
+            return  # evaluated by the interpreter
+        self._fn = _build_function("expression", ["r"], [ast.Return(value)], compiler.bindings)
 
     @classmethod
     def compile(cls, text: str) -> "Expression":
@@ -357,18 +594,62 @@ class Expression:
         _check(text, tree, set(probe.nodes))
         return cls(text, tree.body)
 
+    @property
+    def compiled(self) -> bool:
+        """False when this expression uses syntax only the interpreter evaluates."""
+        return self._fn is not None
+
+    def error(self, e: BaseException) -> ExpressionError:
+        """The ExpressionError one record's failure ``e`` is reported as."""
+        if isinstance(e, ExpressionError):
+            return e
+        if isinstance(e, simpleeval.InvalidExpression):
+            return ExpressionError(self.text, str(e))
+        return ExpressionError(self.text, f"{type(e).__name__}: {e}")
+
     def evaluate(self, record: Record) -> Any:
+        fn = self._fn
+        if fn is not None:
+            try:
+                return fn(record)
+            except Exception as e:  # noqa: BLE001 - any failure is this record's failure, with context
+                raise self.error(e) from None
         self._names.record = record
         try:
             return self._ev.eval(self.text, previously_parsed=self._tree)
-        except ExpressionError:
-            raise
-        except simpleeval.InvalidExpression as e:
-            raise ExpressionError(self.text, str(e)) from None
-        except Exception as e:  # noqa: BLE001 - any failure is this record's failure, with context
-            raise ExpressionError(self.text, f"{type(e).__name__}: {e}") from None
+        except Exception as e:  # noqa: BLE001
+            raise self.error(e) from None
         finally:
             self._names.record = None
+
+    def evaluate_many(self, records: list[Record]) -> list[Any]:
+        """Values for a batch in one call; raises the first record's failure like ``evaluate``."""
+        many = self._many
+        if many is None and self._fn is not None:
+            many = self._many = self._build_many()
+        if many is not None:
+            try:
+                return many(records)
+            except Exception as e:  # noqa: BLE001
+                raise self.error(e) from None
+        return [self.evaluate(r) for r in records]
+
+    def _build_many(self) -> Callable[[list[Record]], list[Any]]:
+        """``[<expression> for r in records]`` as one function (built on first use)."""
+        compiler = _Compiler(self.text, "_", "r")
+        value = compiler.expr(self._tree)
+        loop = ast.comprehension(ast.Name("r", ast.Store()), ast.Name("records", ast.Load()), [], 0)
+        return _build_function("expression_many", ["records"], [ast.Return(ast.ListComp(value, [loop]))],
+                               compiler.bindings)
+
+    def inline(self, prefix: str, record: str) -> InlineExpression | None:
+        """This expression as Python source over variable ``record`` for a generated loop
+        (names it binds start with ``prefix``); None when it only runs interpreted."""
+        if self._fn is None:
+            return None
+        compiler = _Compiler(self.text, prefix, record)
+        source = ast.unparse(ast.fix_missing_locations(compiler.expr(self._tree)))
+        return InlineExpression(source, compiler.bindings, _always_bool(self._tree))
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
@@ -382,24 +663,57 @@ class Condition:
     is an error for that record (which is nacked).
     """
 
-    __slots__ = ("text", "_expr")
+    __slots__ = ("text", "_expr", "_always_bool")
 
     def __init__(self, expr: Expression):
         self._expr = expr
         self.text = expr.text
+        self._always_bool = _always_bool(expr._tree)
 
     @classmethod
     def compile(cls, text: str) -> "Condition":
         return cls(Expression.compile(text))
 
+    @property
+    def expression(self) -> Expression:
+        return self._expr
+
     def evaluate(self, record: Record) -> bool:
         value = self._expr.evaluate(record)
         if value is True or value is False:
             return value
-        raise ExpressionError(self.text, f"condition must be true or false, got {type(value).__name__} {value!r}")
+        raise self.not_bool(value)
+
+    def not_bool(self, value: Any) -> ExpressionError:
+        return ExpressionError(self.text, f"condition must be true or false, got {type(value).__name__} {value!r}")
+
+    def evaluate_many(self, records: list[Record]) -> list[bool | ExpressionError]:
+        """The condition for a whole batch: one entry per record, ``True``/``False``, or the
+        ``ExpressionError`` it gave for that record (the caller nacks those records).
+
+        One call evaluates the batch; only a batch with a failing record is evaluated
+        again record by record, to find which records failed.
+        """
+        try:
+            values = self._expr.evaluate_many(records)
+        except ExpressionError:
+            values = None
+        if values is not None and (self._always_bool or _only_bools(values)):
+            return values
+        out: list[bool | ExpressionError] = []
+        for r in records:
+            try:
+                out.append(self.evaluate(r))
+            except ExpressionError as e:
+                out.append(e)
+        return out
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
+
+
+def _only_bools(values: list[Any]) -> bool:
+    return set(map(type, values)) <= {bool}
 
 
 def _placeholder_end(text: str, i: int) -> int:

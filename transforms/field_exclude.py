@@ -6,6 +6,7 @@ from typing import Any, Mapping, Sequence
 
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType
+from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import Failed, Result, Transform
 
@@ -71,19 +72,48 @@ class FieldExclude(Transform):
             refs.append(ref)
         if not refs:
             raise ConfigError(plugin, "fields", "required", "at least one field reference is required")
+        self._refs = refs
         self._deleters = [r.delete for r in refs]
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         out: list[Result] = []
+        append = out.append
         deleters = self._deleters
         for r in records:
             try:
                 for delete in deleters:
                     delete(r)
-                out.append(r)
+                append(r)
             except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(str(e) or type(e).__name__))
+                append(Failed(str(e) or type(e).__name__))
         return out
 
     def process_record(self, record: Record) -> Result:
         return self.process([record])[0]
+
+    def fused_step(self) -> FusedStep:
+        """Fields one level below a map are popped inline; other shapes call the reference's deleter."""
+        lines: list[str] = []
+        bindings: dict[str, Any] = {}
+        for k, ref in enumerate(self._refs):
+            bindings[f"delete{k}"] = ref.delete
+            attr = DATA_ATTRIBUTES.get(ref.root)
+            if ref.root == "Metadata" and len(ref.path) == 1:
+                bindings[f"leaf{k}"] = ref.path[0]
+                lines.append(f"r.metadata.pop($leaf{k}, None)")
+            elif attr is not None and len(ref.path) == 1:
+                bindings[f"leaf{k}"] = ref.path[0]
+                lines += [
+                    f"$node = r.{attr}",
+                    "if type($node) is dict:",
+                    f"    $node.pop($leaf{k}, None)",
+                    "elif $node is not None:",
+                    f"    $delete{k}(r)",  # raw data: the deleter raises its error
+                ]
+            else:
+                lines.append(f"$delete{k}(r)")
+        return FusedStep("\n".join(lines), bindings)
+
+
+#: record attribute holding the data below each reference root
+DATA_ATTRIBUTES = {"Key": "key", "Payload.Before": "before", "Payload.After": "after"}

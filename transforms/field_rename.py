@@ -6,16 +6,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType
+from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import Failed, Result, Transform
 
 from .base import compile_ref, plugin_name
-from .field_exclude import split_references
+from .field_exclude import DATA_ATTRIBUTES, split_references
 from .field_set import SCHEMA_PARAMETERS
 from .paths import FieldRef
 
 _TOP_LEVEL = {"Position", "Operation", "Key", "Metadata", "Payload", "Payload.Before", "Payload.After"}
-_DATA_ATTR = {"Key": "key", "Payload.Before": "before", "Payload.After": "after"}
 
 
 def _renamer(ref: FieldRef, new_name: str) -> Callable[[Record], None]:
@@ -34,7 +34,7 @@ def _renamer(ref: FieldRef, new_name: str) -> Callable[[Record], None]:
                 md[new_name] = md.pop(old)
 
         return rename_metadata
-    attr = _DATA_ATTR[ref.root]
+    attr = DATA_ATTRIBUTES[ref.root]
     reference = ref.reference
 
     def rename(r: Record) -> None:
@@ -77,6 +77,7 @@ class FieldRename(Transform):
         super().configure(config)
         plugin = plugin_name(self)
         renames = []
+        self._pairs: list[tuple[FieldRef, str]] = []
         for entry in split_references(config["mapping"]):
             reference, sep, new_name = entry.rpartition(":")
             if not sep or not reference.strip():
@@ -92,6 +93,7 @@ class FieldRename(Transform):
             if not new_name:
                 raise ConfigError(plugin, "mapping", "format", f"cannot rename {ref.reference!r} to an empty name")
             renames.append(_renamer(ref, new_name))
+            self._pairs.append((ref, new_name))
         if not renames:
             raise ConfigError(plugin, "mapping", "required", "at least one reference:newName pair is required")
         self._renames = renames
@@ -111,3 +113,25 @@ class FieldRename(Transform):
 
     def process_record(self, record: Record) -> Result:
         return self.process([record])[0]
+
+    def fused_step(self) -> FusedStep:
+        """Renames one level below a map run inline; other shapes call the compiled renamer."""
+        lines: list[str] = []
+        bindings: dict[str, Any] = {}
+        for k, ((ref, new_name), rename) in enumerate(zip(self._pairs, self._renames)):
+            bindings.update({f"rename{k}": rename, f"old{k}": ref.path[-1], f"new{k}": new_name})
+            attr = DATA_ATTRIBUTES.get(ref.root)
+            if ref.root == "Metadata":
+                lines += ["$node = r.metadata", f"if $old{k} in $node:", f"    $node[$new{k}] = $node.pop($old{k})"]
+            elif attr is not None and len(ref.path) == 1:
+                lines += [
+                    f"$node = r.{attr}",
+                    "if type($node) is dict:",
+                    f"    if $old{k} in $node:",
+                    f"        $node[$new{k}] = $node.pop($old{k})",
+                    "elif $node is not None:",
+                    f"    $rename{k}(r)",  # raw data: the renamer raises its error
+                ]
+            else:
+                lines.append(f"$rename{k}(r)")
+        return FusedStep("\n".join(lines), bindings)

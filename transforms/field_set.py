@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 from cdcflow.errors import ConfigError
 from cdcflow.expr import ExpressionError, Template
 from cdcflow.params import Parameter, ParamType
+from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import Failed, Result, Transform
 
@@ -64,16 +65,35 @@ class FieldSet(Transform):
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         out: list[Result] = []
+        append = out.append
         setter = self._field.set
         template = self._value
-        constant = template.text if template.is_literal else None
+        if template.is_literal:
+            constant = template.text
+            for r in records:
+                try:
+                    setter(r, constant)
+                    append(r)
+                except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+                    append(Failed(str(e) or type(e).__name__))
+            return out
+        render = template.render
         for r in records:
             try:
-                setter(r, constant if constant is not None else template.render(r))
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(str(e) or type(e).__name__))
+                setter(r, render(r))
+                append(r)
+            except Exception as e:  # noqa: BLE001
+                append(Failed(str(e) or type(e).__name__))
         return out
 
     def process_record(self, record: Record) -> Result:
         return self.process([record])[0]
+
+    def fused_step(self) -> FusedStep:
+        """A literal text into a metadata key is one dict store; anything else calls the setter."""
+        field, template = self._field, self._value
+        if template.is_literal and field.root == "Metadata" and len(field.path) == 1:
+            return FusedStep("r.metadata[$key] = $value", {"key": field.path[0], "value": template.text})
+        if template.is_literal:
+            return FusedStep("$set(r, $value)", {"set": field.set, "value": template.text})
+        return FusedStep("$set(r, $render(r))", {"set": field.set, "render": template.render})

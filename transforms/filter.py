@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import FILTERED, Result, Transform
 
@@ -29,3 +30,6 @@ class Filter(Transform):
 
     def process_record(self, record: Record) -> Result:
         return FILTERED
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep("$drop")

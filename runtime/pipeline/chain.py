@@ -1,9 +1,13 @@
 """The transform chain: a pipeline's (or a connector's) processors run over a batch.
 
 The engine builds one ``Chain`` per processor list inside each Spark task (or
-reuses one per executor process) and calls ``process`` once per batch. Each
-processor sees the whole surviving batch through its batch ``process`` method, so
-there is no per-transform re-encoding and no per-record call into the chain.
+reuses one per executor process) and calls ``process`` once per batch. Consecutive
+processors whose transform offers a fused step (``fusion.FusedStep``: the built-in
+field, filter and mask transforms) run as one generated loop that visits each
+record once; the others see the whole surviving batch through their batch
+``process`` method. A condition is evaluated over the batch in one call
+(``Condition.evaluate_many``) and only the matching sub-batch is processed. Batches
+where every record comes back as one record take the result list as is.
 
 Semantics (Conduit's):
 - a processor with a ``condition`` only receives the records for which it is true;
@@ -18,12 +22,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 from typing import Any, Sequence
 
 from ..errors import CdcflowError, ConfigError
 from ..expr import Condition, ExpressionError
 from ..record import Record
 from ..sdk import Failed, Filtered, Transform
+from .fusion import FusedRun, step_of
 from .model import ProcessorConfig
 
 log = logging.getLogger(__name__)
@@ -78,6 +85,7 @@ class Chain:
 
     def __init__(self, nodes: list[_Node]):
         self._nodes = nodes
+        self._units: list[_Node | FusedRun] = _fuse(nodes)
         self._torn_down = False
 
     @property
@@ -92,55 +100,55 @@ class Chain:
         if not self._nodes:
             return ChainResult(batch)
         # origin[i] is the input index batch[i] came from: nacks are reported in input order
-        origin: list[int] = list(range(len(batch)))
+        origin: Sequence[int] = range(len(batch))
         nacks: list[tuple[int, Nack]] = []
         filtered = 0
-        for node in self._nodes:
+        last = len(self._units) - 1
+        for u, unit in enumerate(self._units):
             if not batch:
                 break
-            batch, origin, dropped = self._apply(node, batch, origin, nacks)
+            if type(unit) is FusedRun:
+                batch, origin, dropped = _apply_fused(unit, batch, origin, nacks, u == last)
+            else:
+                batch, origin, dropped = self._apply(unit, batch, origin, nacks)
             filtered += dropped
         nacks.sort(key=lambda item: item[0])
         return ChainResult(batch, [n for _, n in nacks], filtered)
 
     def _apply(
-        self, node: _Node, batch: list[Record], origin: list[int], nacks: list[tuple[int, Nack]]
-    ) -> tuple[list[Record], list[int], int]:
+        self, node: _Node, batch: list[Record], origin: Sequence[int], nacks: list[tuple[int, Nack]]
+    ) -> tuple[list[Record], Sequence[int], int]:
         cond = node.condition
         if cond is None:
-            selected, selected_at = batch, None
-        else:
-            # state per record: True → goes through the processor, False → passes by
-            selected, selected_at = [], []
-            passes: list[bool | None] = []
-            for i, r in enumerate(batch):
-                try:
-                    ok = cond.evaluate(r)
-                except ExpressionError as e:
-                    nacks.append((origin[i], Nack(r, node.id, f"condition: {e}")))
-                    passes.append(None)
-                    continue
-                passes.append(ok)
-                if ok:
-                    selected.append(r)
-                    selected_at.append(i)
-            if not selected and all(p is False for p in passes):
-                return batch, origin, 0
-        results = self._run(node, selected) if selected else []
-
+            return _splice_all(node, batch, origin, self._run(node, batch), nacks)
+        mask = cond.evaluate_many(batch)
+        selected_count = mask.count(True)
+        if selected_count + mask.count(False) != len(mask):
+            # some records failed the condition: nack them, go on with the others
+            keep = [type(m) is bool for m in mask]
+            for i, m in enumerate(mask):
+                if type(m) is not bool:
+                    nacks.append((origin[i], Nack(batch[i], node.id, f"condition: {m}")))
+            batch, origin, mask = list(compress(batch, keep)), list(compress(origin, keep)), list(compress(mask, keep))
+        if selected_count == 0:
+            return batch, origin, 0
+        if selected_count == len(batch):
+            return _splice_all(node, batch, origin, self._run(node, batch), nacks)
+        selected = list(compress(batch, mask))
+        results = self._run(node, selected)
+        kinds = set(map(type, results))
+        if kinds == _ALL_FILTERED:
+            keep = list(map(not_, mask))
+            return list(compress(batch, keep)), list(compress(origin, keep)), selected_count
+        if kinds == _ALL_RECORDS:
+            replaced = iter(results)
+            return [next(replaced) if m else r for r, m in zip(batch, mask)], origin, 0
         out: list[Record] = []
         out_origin: list[int] = []
         dropped = 0
-        if selected_at is None:
-            for i, res in enumerate(results):
-                dropped += _merge(node, batch[i], origin[i], res, out, out_origin, nacks)
-            return out, out_origin, dropped
         k = 0
         for i, r in enumerate(batch):
-            p = passes[i]
-            if p is None:
-                continue
-            if p is False:
+            if not mask[i]:
                 out.append(r)
                 out_origin.append(origin[i])
                 continue
@@ -186,6 +194,63 @@ class Chain:
 
     def __exit__(self, *exc: object) -> None:
         self.teardown()
+
+
+_ALL_RECORDS = {Record}
+_ALL_FILTERED = {Filtered}
+
+
+def _splice_all(
+    node: _Node, batch: list[Record], origin: Sequence[int], results: list[Any], nacks: list[tuple[int, Nack]]
+) -> tuple[list[Record], Sequence[int], int]:
+    """Next batch from one result per record of ``batch``; the common outcomes cost no Python loop."""
+    kinds = set(map(type, results))
+    if kinds == _ALL_RECORDS:
+        return results if type(results) is list else list(results), origin, 0
+    if kinds == _ALL_FILTERED:
+        return [], [], len(batch)
+    out: list[Record] = []
+    out_origin: list[int] = []
+    dropped = 0
+    for i, res in enumerate(results):
+        dropped += _merge(node, batch[i], origin[i], res, out, out_origin, nacks)
+    return out, out_origin, dropped
+
+
+def _apply_fused(
+    run: FusedRun, batch: list[Record], origin: Sequence[int], nacks: list[tuple[int, Nack]], last: bool
+) -> tuple[list[Record], Sequence[int], int]:
+    kept, drops, failures = run.run(batch)
+    if not failures and (last or not drops):
+        return kept, origin, len(drops)  # origin is not read after the last unit
+    keep = [True] * len(batch)
+    for i in drops:
+        keep[i] = False
+    for i, node_index, message in failures:
+        keep[i] = False
+        nacks.append((origin[i], Nack(batch[i], run.ids[node_index], message)))
+    return kept, list(compress(origin, keep)), len(drops)
+
+
+def _fuse(nodes: list[_Node]) -> list[_Node | FusedRun]:
+    """Group runs of consecutive fusable processors; the others stay single nodes."""
+    units: list[_Node | FusedRun] = []
+    run: list[tuple[_Node, Any]] = []
+
+    def close() -> None:
+        if run:
+            units.append(FusedRun([n.id for n, _ in run], [s for _, s in run], [n.condition for n, _ in run]))
+            run.clear()
+
+    for node in nodes:
+        step = step_of(node.transform)
+        if step is None:
+            close()
+            units.append(node)
+        else:
+            run.append((node, step))
+    close()
+    return units
 
 
 def _merge(

@@ -253,3 +253,81 @@ def test_conduit_examples():
     assert Condition.compile('hasPrefix(Metadata["opencdc.collection"], "shop.")').evaluate(r) is True
     assert Condition.compile('contains(Payload.After.name, "x")').evaluate(r) is True
     assert Template.compile("{{ upper(Payload.After.name) }}").render(r) == "XAVIER"
+
+
+# -- compiled evaluation ---------------------------------------------------------------
+
+_EQUIVALENCE = [
+    'Payload.After.name == "Ann"', "Payload.After.age * 2 + Key.id", 'Metadata["opencdc.collection"]',
+    "Payload.After.addr.city", "Payload.After.tags[1]", 'Payload["After"]["name"]', "Payload",
+    "Payload.After.name.startswith('A') and Payload.After.age > 30", "upper(Payload.After.name)",
+    "Payload.After.age if Operation == 'update' else -1", "[Key.id, (1, 2), {'a': Key.id}]",
+    "not Payload.Before", "Payload.After.nope.deeper", "coalesce(Metadata.missing, Operation)",
+    "'x' * 3", "2 ** 10", "Position", "Payload.After.age in [31, 32]", "Payload.After.age // 2 % 7",
+]
+
+
+def interpreted(text: str) -> Expression:
+    """The same expression forced onto simpleeval's interpreter (the reference semantics)."""
+    expr = Expression.compile(text)
+    expr._fn = None
+    expr._many = None
+    return expr
+
+
+def outcome(expr: Expression, record: Record):
+    try:
+        return "ok", expr.evaluate(record)
+    except ExpressionError as e:
+        return "error", str(e)
+
+
+_values = st.one_of(st.none(), st.integers(-5, 40), st.text(max_size=4), st.binary(max_size=3),
+                    st.lists(st.integers(0, 3), max_size=3))
+_rows = st.one_of(st.none(), st.binary(max_size=4), st.dictionaries(
+    st.sampled_from(["name", "age", "tags", "addr", "nope"]), _values, max_size=5))
+
+
+_PAIRS = [(Expression.compile(text), interpreted(text)) for text in _EQUIVALENCE]
+
+
+@settings(max_examples=150, deadline=None)
+@given(after=_rows, before=_rows, op=st.sampled_from(list(Operation)))
+def test_compiled_evaluation_equals_the_interpreter(after, before, op):
+    r = rec(after=after, before=before, operation=op)
+    for compiled, reference in _PAIRS:
+        assert compiled.compiled
+        assert outcome(compiled, r) == outcome(reference, r), compiled.text
+
+
+def test_syntax_the_compiler_leaves_out_still_evaluates():
+    for text, want in (("Payload.After.tags[0:1]", ["a"]), ('f"{Operation}!"', "update!")):
+        expr = Expression.compile(text)
+        assert not expr.compiled and expr.inline("_x", "r") is None
+        assert expr.evaluate(rec()) == want
+
+
+def test_generated_code_holds_no_pipeline_text():
+    text = 'Metadata["__import__(\'os\').system(\'x\')"] == "y\\"); boom()" or Payload.After.name == "z"'
+    inline = Expression.compile(text).inline("_q", "r")
+    assert "__import__" not in inline.source and "boom" not in inline.source
+    assert "__import__('os').system('x')" in inline.bindings.values()
+    assert inline.always_bool
+
+
+def test_size_guards_of_simpleeval_still_apply():
+    with pytest.raises(ExpressionError, match="too long|Sorry"):
+        Expression.compile("'x' * 10000000").evaluate(rec())
+    with pytest.raises(ExpressionError, match="too high|Sorry"):
+        Expression.compile("10 ** 5000000").evaluate(rec())
+
+
+def test_condition_evaluate_many_marks_failures_per_record():
+    batch = [rec(after={"n": 1}), rec(after={"n": "a"}), rec(after={"n": 3}), rec(after=None)]
+    mask = Condition.compile("Payload.After.n > 2").evaluate_many(batch)
+    assert mask[0] is False and mask[2] is True
+    assert isinstance(mask[1], ExpressionError) and "TypeError" in str(mask[1])
+    assert isinstance(mask[3], ExpressionError)  # null > 2
+    non_bool = Condition.compile("Payload.After.n").evaluate_many(batch[:1])
+    assert isinstance(non_bool[0], ExpressionError) and "must be true or false" in str(non_bool[0])
+    assert Condition.compile("Key.id == 7").evaluate_many([rec(), rec(key={"id": 8})]) == [True, False]
