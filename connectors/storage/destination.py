@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder
 from cdcflow.connectors.ticdc.csv import encode_rows
 from cdcflow.connectors.ticdc.errors import CodecError
-from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, from_record
+from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, from_record, from_records
 from cdcflow.errors import CdcflowError
 from cdcflow.record import Record
 from cdcflow.sdk import Destination
@@ -52,15 +52,20 @@ class StorageDestination(Destination):
         self._encoder = CanalJsonEncoder(s.canal) if s.format == "canal-json" else None
         self._resolved: int | None = None
         self._max_commit_ts: int | None = None
+        self._last_dir: tuple | None = None  # (table object, date, data directory) of the previous row
 
     # ------------------------------------------------------------------ write
     def write(self, records: Sequence[Record]) -> list[str | None] | None:
         errors: list[str | None] = [None] * len(records)
         # data directory -> [(record index, RowChange)] in arrival order
         groups: dict[str, list[tuple[int, RowChange]]] = {}
+        try:
+            events = from_records(records, self._store)
+        except (CdcflowError, ValueError):  # find the bad records one by one
+            events = None
         for i, rec in enumerate(records):
             try:
-                ev = from_record(rec, self._store)
+                ev = from_record(rec, self._store) if events is None else events[i]
                 if type(ev) is RowChange:
                     rel = self._data_dir_of(ev, rec.position)
                     groups.setdefault(rel, []).append((i, ev))
@@ -133,6 +138,7 @@ class StorageDestination(Destination):
         return version
 
     def _on_ddl(self, ev: DDLEvent, position: bytes) -> None:
+        self._last_dir = None
         layout.check_name("schema", ev.schema, position)
         if not ev.table_name:
             self._write_schema_file(ev.schema, None, ev.commit_ts, ev.query, ev.ddl_type or 0)
@@ -149,13 +155,24 @@ class StorageDestination(Destination):
 
     def _data_dir_of(self, ev: RowChange, position: bytes) -> str:
         table = ev.table
+        s = self.settings
+        date = layout.date_dir(ev.commit_ts, s.date_separator) if s.date_separator != "none" else None
+        hit = self._last_dir
+        if hit is not None and hit[0] is table and hit[1] == date and (table.schema, table.table) not in \
+                self._pending_ddl:
+            return hit[2]  # same table object, same date: same directory (names checked, version current)
+        rel = self._data_dir_uncached(ev, position, date)
+        self._last_dir = (table, date, rel)
+        return rel
+
+    def _data_dir_uncached(self, ev: RowChange, position: bytes, date: str | None) -> str:
+        table = ev.table
         layout.check_name("schema", table.schema, position)
         layout.check_name("table", table.table, position)
         version = self._version_of(ev, position)
         s = self.settings
         partition = table.partition if s.partition_separator else None
-        return layout.data_dir(table.schema, table.table, version, partition,
-                               layout.date_dir(ev.commit_ts, s.date_separator))
+        return layout.data_dir(table.schema, table.table, version, partition, date)
 
     # ------------------------------------------------------------------ encoding and files
     def _encode(self, events: list[RowChange]) -> bytes:

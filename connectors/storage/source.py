@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
 from cdcflow.connectors.ticdc.csv import CsvDecoder
 from cdcflow.connectors.ticdc.errors import CodecError
-from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_record
+from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
 from cdcflow.errors import CdcflowError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
@@ -34,6 +34,27 @@ from .writer import FileStore, read_checkpoint
 
 class StorageReadError(RecordError):
     """A data or schema file cannot be read; names the file and line."""
+
+
+class _Chunk:
+    """The decoded events of one data file (or one DDL) not yet returned; positions are made per batch."""
+
+    __slots__ = ("at", "events", "next", "_prefix")
+
+    def __init__(self, at: "_Cursor", events: list, first: int):
+        self.at = at
+        self.events = events
+        self.next = first  # index of the next event to return (= rows already read)
+        self._prefix = f"{at.version}|{at.date}|{at.index}|"
+
+    def positions(self, start: int, end: int) -> list[bytes]:
+        if self.at.kind == 0:
+            return [self.at.encode()]
+        prefix = self._prefix
+        return [f"{prefix}{k}".encode() for k in range(start + 1, end + 1)]
+
+    def cursor_at(self, end: int) -> "_Cursor":
+        return self.at if self.at.kind == 0 else dataclasses.replace(self.at, row=end)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -127,7 +148,7 @@ class StorageSource(Source):
         self.partition_id = parts[2] if len(parts) == 3 else None
         self.cursor = _Cursor.decode(position) if position else _Cursor(-1, 1)
         self._last = position or None
-        self._pending: list[tuple[_Cursor, Any]] = []  # decoded, not yet returned
+        self._chunk: _Chunk | None = None  # decoded, not yet returned
         self._schema_files: dict[int, schemafile.SchemaFile] = {}
         self._next_scan = 0.0
         self._done = False
@@ -200,7 +221,7 @@ class StorageSource(Source):
             sf = self._schema_file(version)
             if version > c.version and sf.query:
                 ev = DDLEvent(self.schema, self.table, sf.query, version, sf.ddl_type or None, sf.table)
-                self._pending.append((_Cursor(version, 0), ev))
+                self._chunk = _Chunk(_Cursor(version, 0), [ev], 0)
                 return True
             for date, index, rel in self._data_files(version):
                 at = _Cursor(version, 1, date, index, 0)
@@ -214,9 +235,7 @@ class StorageSource(Source):
                 self._read_rows = {key: len(events)}
                 if len(events) <= skip:
                     continue
-                for k in range(skip, len(events)):
-                    self._pending.append((dataclasses.replace(at, row=k + 1), events[k]))
-                self._pending.reverse()  # popped from the end
+                self._chunk = _Chunk(at, events, skip)
                 return True
         return False
 
@@ -253,9 +272,10 @@ class StorageSource(Source):
         if not self.schema:
             return None if self.stop_at_checkpoint else []
         out: list[Record] = []
-        pending = self._pending
         while len(out) < max_records:
-            if not pending:
+            chunk = self._chunk
+            if chunk is None or chunk.next >= len(chunk.events):
+                self._chunk = None
                 if out:
                     break
                 if self._done:
@@ -270,18 +290,26 @@ class StorageSource(Source):
                     self._next_scan = now + self.poll_interval
                     return []
                 if self.stop_at_checkpoint:
-                    keep = [(c, e) for c, e in pending
-                            if not (type(e) is RowChange and e.commit_ts and e.commit_ts >= self.checkpoint)]
-                    if len(keep) != len(pending):  # a table's commit ts only grow: the rest is later still
-                        self._done = True
-                    pending[:] = keep
+                    self._cut_at_checkpoint(self._chunk)
                 continue
-            cursor, ev = pending.pop()
-            self.cursor = cursor
-            out.append(to_record(ev, cursor.encode(), self._schema_store))
+            start = chunk.next
+            end = min(len(chunk.events), start + max_records - len(out))
+            chunk.next = end
+            out += to_records(chunk.events[start:end], chunk.positions(start, end), self._schema_store)
+            self.cursor = chunk.cursor_at(end)
         if out:
             self._last = out[-1].position
         return out
+
+    def _cut_at_checkpoint(self, chunk: "_Chunk") -> None:
+        """Drop rows at or past the checkpoint; a table's commit ts only grow, so the rest is later still."""
+        cp = self.checkpoint
+        for k in range(chunk.next, len(chunk.events)):
+            ev = chunk.events[k]
+            if type(ev) is RowChange and ev.commit_ts and ev.commit_ts >= cp:
+                del chunk.events[k:]
+                self._done = True
+                return
 
     def stop(self) -> bytes | None:
         return self._last

@@ -1,15 +1,18 @@
 """Storage connector throughput: N CSV rows (10 columns, 20 files, 4 tables).
 
-Read: the storage source (in-process, one instance per table partition) vs a
-single-process loop of ``csv.reader`` with the same type conversion by hand.
-Write: the storage destination vs ``csv.writer`` with the same formatting by hand.
+Single process (the per-partition work an executor does):
+  read  - the storage source, one instance per table partition, vs a loop of ``csv.reader``
+          with the same type conversion by hand;
+  write - the storage destination vs ``csv.writer`` with the same formatting by hand.
+Through the engine (``run_files`` on ``--master``, default local[2], 4 tables = 4 Spark partitions):
+  read  - ``storage`` source -> ``file`` destination (JSON lines) vs the csv.reader loop;
+  copy  - ``storage`` source -> ``storage`` destination (a second layout), i.e. reading and writing
+          every row, vs the csv.reader loop + csv.writer loop (the engine needs a source to write from;
+          a lake-to-lake copy is the write path users run).
+Ratios are baseline seconds / cdcflow seconds (>= 1.0: cdcflow at least as fast); engine seconds
+exclude Spark start-up (reported separately).
 
-    .venv/bin/python tests/benchmarks/bench_storage.py [--rows 1000000]
-
-UNFINISHED: the issue asks for the read/write through the Spark engine on
-local[2] (``cdcflow run --until-idle``); the engine was not runnable when this was
-written, so this measures the connectors in one process (the per-partition work
-an executor does).
+    .venv/bin/python tests/benchmarks/bench_storage.py [--rows 1000000] [--master local[2]] [--no-engine]
 """
 
 from __future__ import annotations
@@ -51,10 +54,53 @@ def rows(n: int, t: TableSchema, start: int):
                "h": base + dt.timedelta(seconds=k), "i": k % 100}
 
 
+ENGINE_PIPELINE = """\
+version: "2.2"
+engine:
+  batch-size: 10000
+pipelines:
+  - id: {pid}
+    connectors:
+      - id: lake
+        type: source
+        plugin: builtin:storage
+        settings:
+          uri: "{src}"
+          include-commit-ts: "true"
+          date-separator: none
+      - id: out
+        type: destination
+        plugin: {dst_plugin}
+        settings:
+{dst_settings}
+"""
+
+
+def engine_run(pid: str, src: str, dst_plugin: str, dst_settings: dict, master: str, work: str):
+    """(seconds after start-up, start-up seconds, rows written) of one ``run --until-idle``."""
+    from cdcflow.engine.plan import Limits
+    from cdcflow.engine.runner import run_files
+
+    path = os.path.join(work, f"{pid}.yaml")
+    with open(path, "w") as f:
+        f.write(ENGINE_PIPELINE.format(pid=pid, src=src, dst_plugin=dst_plugin, dst_settings="\n".join(
+            f'          {k}: "{v}"' for k, v in dst_settings.items())))
+    started = time.perf_counter()
+    outcome = run_files([path], master=master, until_idle=True, progress=False, state_dir=os.path.join(work, pid),
+                        limits=Limits(task_seconds=30.0), out=open(os.devnull, "w"))
+    total = time.perf_counter() - started
+    if outcome.exit_code != 0:
+        raise SystemExit(f"engine run failed: {outcome.problems or outcome.failures}")
+    return total - outcome.startup_seconds, outcome.startup_seconds, outcome.totals.total_written()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
-    n = ap.parse_args().rows
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--no-engine", action="store_true")
+    args = ap.parse_args()
+    n = args.rows
     root = tempfile.mkdtemp(prefix="bench_storage_")
     settings = {"uri": root, "include-commit-ts": "true", "date-separator": "none"}
     store = default_store()
@@ -110,9 +156,26 @@ def main() -> None:
                     cnt += 1
     base_read_s = time.perf_counter() - t0
     print(f"rows={got} tables={TABLES} files={len(batches)}")
-    print(f"{'case':<8}{'storage rows/s':>16}{'csv loop rows/s':>17}{'ratio':>8}")
-    print(f"{'read':<8}{got / read_s:>16,.0f}{cnt / base_read_s:>17,.0f}{base_read_s / read_s:>8.2f}")
-    print(f"{'write':<8}{got / write_s:>16,.0f}{got / base_write_s:>17,.0f}{base_write_s / write_s:>8.2f}")
+    print(f"{'case (single process)':<26}{'cdcflow rows/s':>16}{'csv loop rows/s':>17}{'ratio':>8}")
+    print(f"{'read':<26}{got / read_s:>16,.0f}{cnt / base_read_s:>17,.0f}{base_read_s / read_s:>8.2f}")
+    print(f"{'write':<26}{got / write_s:>16,.0f}{got / base_write_s:>17,.0f}{base_write_s / write_s:>8.2f}")
+    if args.no_engine:
+        return
+    work = tempfile.mkdtemp(prefix="bench_storage_engine_")
+    read_e, start_r, wrote = engine_run("read", root, "builtin:file", {"path": os.path.join(work, "out.jsonl")},
+                                        args.master, work)
+    assert wrote == got, wrote
+    copy_e, start_c, wrote = engine_run("copy", root, "builtin:storage",
+                                        {"uri": os.path.join(work, "lake2"), "include-commit-ts": "true",
+                                         "date-separator": "none"}, args.master, work)
+    assert wrote == got, wrote
+    base_copy_s = base_read_s + base_write_s
+    m = args.master
+    print(f"{'case (engine ' + m + ')':<26}{'cdcflow rows/s':>16}{'csv loop rows/s':>17}{'ratio':>8}")
+    print(f"{'read -> file':<26}{got / read_e:>16,.0f}{cnt / base_read_s:>17,.0f}{base_read_s / read_e:>8.2f}")
+    print(f"{'copy storage -> storage':<26}{got / copy_e:>16,.0f}{got / base_copy_s:>17,.0f}"
+          f"{base_copy_s / copy_e:>8.2f}")
+    print(f"Spark start-up (not in the figures): read {start_r:.1f}s, copy {start_c:.1f}s")
 
 
 if __name__ == "__main__":

@@ -56,3 +56,15 @@ def storage_uri(request, tmp_path):
     fs.mkdir(bucket)
     return f"s3://{bucket}/prefix", {"s3.endpoint": endpoint, "s3.access-key": "testing",
                                      "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local[2] Spark session for the in-process engine tests (``run_files`` joins it)."""
+    from cdcflow.engine.session import start_session
+    from cdcflow.engine.state import StateDir
+
+    state = StateDir(tmp_path_factory.mktemp("spark-session")).create()
+    info = start_session("local[2]", {}, state)
+    yield info.spark
+    info.spark.stop()
