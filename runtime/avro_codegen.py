@@ -107,14 +107,44 @@ class _Source:
         self.lines.append("    " * indent + line)
 
 
-# ---------------------------------------------------------------------------
-# Encoders
-# ---------------------------------------------------------------------------
-class _EncoderGen:
+class _Generator:
+    """What the encoder and decoder generators share: one generated function per record
+    node (named on first use, its body written after the caller's, so recursive schemas
+    work) and the final compile of the module text."""
+
+    record_prefix = ""  # name prefix of the generated record functions
+    label = ""  # file name the generated code reports in tracebacks
+
     def __init__(self) -> None:
         self.src = _Source()
         self.functions: dict[int, str] = {}
         self.pending: list[Any] = []
+
+    def record_function(self, node: Any) -> str:
+        name = self.functions.get(id(node))
+        if name is None:
+            name = self.functions[id(node)] = self.src.var(self.record_prefix)
+            self.pending.append(node)
+        return name
+
+    def _record_body(self, node: Any) -> None:
+        raise NotImplementedError
+
+    def _finish(self, name: str) -> Callable:
+        """Write the pending record bodies, compile everything, return the function ``name``."""
+        while self.pending:
+            self._record_body(self.pending.pop())
+        namespace = self.src.ns
+        exec(compile("\n".join(self.src.lines), self.label, "exec"), namespace)  # noqa: S102
+        return namespace[name]
+
+
+# ---------------------------------------------------------------------------
+# Encoders
+# ---------------------------------------------------------------------------
+class _EncoderGen(_Generator):
+    record_prefix = "_enc_rec"
+    label = "<cdcflow avro encoder>"
 
     def build(self, root: Any) -> Callable[[Any, list], None]:
         name = self.record_function(root) if root.kind == "record" else None
@@ -123,18 +153,7 @@ class _EncoderGen:
             self.src.emit(0, f"def {name}(v, out):")
             self.src.emit(1, "a = out.append")
             self.value(root, "v", 1)
-        while self.pending:
-            self._record_body(self.pending.pop())
-        namespace = self.src.ns
-        exec(compile("\n".join(self.src.lines), "<cdcflow avro encoder>", "exec"), namespace)  # noqa: S102
-        return namespace[name]
-
-    def record_function(self, node: Any) -> str:
-        name = self.functions.get(id(node))
-        if name is None:
-            name = self.functions[id(node)] = self.src.var("_enc_rec")
-            self.pending.append(node)
-        return name
+        return self._finish(name)
 
     def _record_body(self, node: Any) -> None:
         s = self.src
@@ -353,11 +372,9 @@ def _decimal_fits(precision: int, scale: int) -> Callable[[Decimal], bool]:
 # ---------------------------------------------------------------------------
 # Decoders
 # ---------------------------------------------------------------------------
-class _DecoderGen:
-    def __init__(self) -> None:
-        self.src = _Source()
-        self.functions: dict[int, str] = {}
-        self.pending: list[Any] = []
+class _DecoderGen(_Generator):
+    record_prefix = "_dec_rec"
+    label = "<cdcflow avro decoder>"
 
     def build(self, root: Any) -> Callable[[bytes, int], tuple[Any, int]]:
         if root.kind == "record":
@@ -367,18 +384,7 @@ class _DecoderGen:
             self.src.emit(0, f"def {name}(d, p):")
             v = self.value(root, 1)
             self.src.emit(1, f"return {v}, p")
-        while self.pending:
-            self._record_body(self.pending.pop())
-        namespace = self.src.ns
-        exec(compile("\n".join(self.src.lines), "<cdcflow avro decoder>", "exec"), namespace)  # noqa: S102
-        return namespace[name]
-
-    def record_function(self, node: Any) -> str:
-        name = self.functions.get(id(node))
-        if name is None:
-            name = self.functions[id(node)] = self.src.var("_dec_rec")
-            self.pending.append(node)
-        return name
+        return self._finish(name)
 
     def _record_body(self, node: Any) -> None:
         s = self.src

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import orjson
 
 from cdcflow.errors import ConfigError
 from cdcflow.record import Record
-from cdcflow.sdk import Failed
+from cdcflow.sdk import Failed, Result, Transform
 
 from .paths import FieldRef, FieldRefError
 
@@ -38,8 +38,74 @@ def compile_ref(transform: Any, parameter: str, text: str) -> FieldRef:
 
 
 def failed(e: BaseException) -> Failed:
-    text = str(e)
-    return Failed(text if text else type(e).__name__)
+    """The per-record failure for ``e``: its message, or its type name when it has none."""
+    return Failed(str(e) or type(e).__name__)
+
+
+def apply_each(records: Sequence[Record], steps: Iterable[Callable[[Record], Any]]) -> list[Result]:
+    """Run in-place record edits (``steps``, in order) on every record; a record whose
+    edit raises becomes ``Failed`` and the others go on (field.exclude, field.rename)."""
+    steps = tuple(steps)
+    out: list[Result] = []
+    append = out.append
+    for r in records:
+        try:
+            for step in steps:
+                step(r)
+            append(r)
+        except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+            append(failed(e))
+    return out
+
+
+#: what ``FieldValueTransform.convert`` returns to leave the field as it is
+UNCHANGED: Any = object()
+
+
+class FieldValueTransform(Transform):
+    """A transform that replaces the value of one ``field`` with ``convert(value)``
+    (base64/json/avro encode and decode, field.convert).
+
+    Subclasses declare the ``field`` parameter and implement ``convert``; the batch
+    loop, the null rule and the failure text (``field '<ref>': <prefix><error>``,
+    failing only that record) live here once.
+    """
+
+    #: null values are left alone without calling ``convert`` (False: ``convert`` sees None too)
+    skip_null: ClassVar[bool] = True
+    #: text put before the error in a failure, e.g. "failed encoding data: "
+    failure_prefix: ClassVar[str] = ""
+
+    def configure(self, config: Mapping[str, Any]) -> None:
+        super().configure(config)
+        self._field = compile_ref(self, "field", config["field"])
+
+    def convert(self, value: Any) -> Any:
+        """The field's new value, or ``UNCHANGED``; raise to fail the record."""
+        raise NotImplementedError
+
+    def process(self, records: Sequence[Record]) -> list[Result]:
+        get, set_, convert = self._field.get, self._field.set, self.convert
+        skip_null, unchanged = self.skip_null, UNCHANGED
+        prefix = f"field {self._field.reference!r}: {self.failure_prefix}"
+        out: list[Result] = []
+        append = out.append
+        for r in records:
+            try:
+                value = get(r)
+                if value is None and skip_null:
+                    append(r)
+                    continue
+                value = convert(value)
+                if value is not unchanged:
+                    set_(r, value)
+                append(r)
+            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+                append(Failed(f"{prefix}{e}"))
+        return out
+
+    def process_record(self, record: Record) -> Result:
+        return self.process([record])[0]
 
 
 def parse_json(data: bytes | str) -> Any:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from cdcflow.avro_values import Codec, codec_for, derive_schema
 from cdcflow.errors import ConfigError, SchemaError
 from cdcflow.params import Parameter, ParamType
-from cdcflow.record import Record
 from cdcflow.schemas import SchemaStore, default_store
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Transform
 
-from .base import compile_ref, parse_json, plugin_name
+from .base import FieldValueTransform, parse_json, plugin_name
 from .field_set import SCHEMA_PARAMETERS
 
 _HEADER = struct.Struct(">bI")
@@ -60,7 +59,7 @@ def _sorted(value: Any) -> Any:
     return value
 
 
-class AvroEncode(Transform):
+class AvroEncode(FieldValueTransform):
     name = "avro.encode"
     version = "v0.1.0"
     summary = "Encodes a record's field into the Avro format."
@@ -87,12 +86,13 @@ class AvroEncode(Transform):
         **SCHEMA_PARAMETERS,
     }
 
+    skip_null = False
+    failure_prefix = "failed encoding data: "
     store: SchemaStore | None = None  # tests or embedders may set one; default_store() otherwise
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         _refuse_remote_registry(self, config)
-        self._field = compile_ref(self, "field", config["field"])
         self._strategy = config["schema.strategy"]
         plugin = plugin_name(self)
         if self._strategy == PRE_REGISTERED:
@@ -135,30 +135,18 @@ class AvroEncode(Transform):
             hit = self._registered[text] = (codec_for(schema), _HEADER.pack(0, stored.id))
         return hit
 
-    def process(self, records: Sequence[Record]) -> list[Result]:
-        get, set_ = self._field.get, self._field.set
-        out: list[Result] = []
-        for r in records:
-            try:
-                value = get(r)
-                t = type(value)
-                if t is bytes or t is str:
-                    value = parse_json(value)
-                    t = type(value)
-                if t is not dict:
-                    raise ValueError(f"unexpected data type {t.__name__} (expected structured data)")
-                codec, header = self._codec_for(value)
-                set_(r, header + codec.encode(value))
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"field {self._field.reference!r}: failed encoding data: {e}"))
-        return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
+    def convert(self, value: Any) -> Any:
+        t = type(value)
+        if t is bytes or t is str:
+            value = parse_json(value)
+            t = type(value)
+        if t is not dict:
+            raise ValueError(f"unexpected data type {t.__name__} (expected structured data)")
+        codec, header = self._codec_for(value)
+        return header + codec.encode(value)
 
 
-class AvroDecode(Transform):
+class AvroDecode(FieldValueTransform):
     name = "avro.decode"
     version = "v0.1.0"
     summary = "Decodes a field's raw data in the Avro format."
@@ -169,12 +157,13 @@ class AvroDecode(Transform):
     author = "cdcflow"
     parameters = {"field": _FIELD, **REGISTRY_PARAMETERS, **SCHEMA_PARAMETERS}
 
+    skip_null = False
+    failure_prefix = "failed decoding data: "
     store: SchemaStore | None = None
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         _refuse_remote_registry(self, config)
-        self._field = compile_ref(self, "field", config["field"])
         self._codecs: dict[int, Codec] = {}
 
     def open(self) -> None:
@@ -189,24 +178,12 @@ class AvroDecode(Transform):
             codec = self._codecs[schema_id] = codec_for(text)
         return codec
 
-    def process(self, records: Sequence[Record]) -> list[Result]:
-        get, set_ = self._field.get, self._field.set
-        out: list[Result] = []
-        for r in records:
-            try:
-                data = get(r)
-                if type(data) is str:
-                    data = data.encode("utf-8")
-                if type(data) is not bytes:
-                    raise ValueError(f"unexpected data type {type(data).__name__} (expected raw data)")
-                if len(data) < _HEADER.size or data[0] != 0:
-                    raise ValueError("not Avro in Confluent's wire format (expected byte 0 and a 4-byte schema id)")
-                _, schema_id = _HEADER.unpack_from(data)
-                set_(r, self._codec(schema_id).decode(data[_HEADER.size:]))
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"field {self._field.reference!r}: failed decoding data: {e}"))
-        return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
+    def convert(self, data: Any) -> Any:
+        if type(data) is str:
+            data = data.encode("utf-8")
+        if type(data) is not bytes:
+            raise ValueError(f"unexpected data type {type(data).__name__} (expected raw data)")
+        if len(data) < _HEADER.size or data[0] != 0:
+            raise ValueError("not Avro in Confluent's wire format (expected byte 0 and a 4-byte schema id)")
+        _, schema_id = _HEADER.unpack_from(data)
+        return self._codec(schema_id).decode(data[_HEADER.size:])

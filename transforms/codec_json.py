@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from cdcflow.params import Parameter, ParamType
-from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
 
-from .base import KEY_OR_PAYLOAD, compile_ref, parse_json, to_json
+from .base import KEY_OR_PAYLOAD, UNCHANGED, FieldValueTransform, parse_json, to_json
 from .field_set import SCHEMA_PARAMETERS
 
 
@@ -19,7 +17,7 @@ def _field_parameter(verb: str) -> Parameter:
     )
 
 
-class JsonDecode(Transform):
+class JsonDecode(FieldValueTransform):
     """Parses the JSON text (raw data or a string) in ``field`` into structured data.
 
     Null stays null, structured data is left as is, empty text becomes null.
@@ -37,36 +35,19 @@ class JsonDecode(Transform):
     author = "cdcflow"
     parameters = {"field": _field_parameter("decode"), **SCHEMA_PARAMETERS}
 
-    def configure(self, config: Mapping[str, Any]) -> None:
-        super().configure(config)
-        self._field = compile_ref(self, "field", config["field"])
-
-    def process(self, records: Sequence[Record]) -> list[Result]:
-        get, set_ = self._field.get, self._field.set
-        out: list[Result] = []
-        for r in records:
-            try:
-                value = get(r)
-                t = type(value)
-                if t is bytes or t is str:
-                    decoded = parse_json(value) if value else None
-                    if decoded is not None and type(decoded) is not dict and not self._field.path:
-                        raise ValueError(
-                            f"JSON {type(decoded).__name__} cannot be {self._field.reference} (expected an object)"
-                        )
-                    set_(r, decoded)
-                elif value is not None and t is not dict:
-                    raise ValueError(f"unexpected data type {t.__name__} (expected raw data or a string)")
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"field {self._field.reference!r}: {e}"))
-        return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
+    def convert(self, value: Any) -> Any:
+        t = type(value)
+        if t is dict:
+            return UNCHANGED
+        if t is not bytes and t is not str:
+            raise ValueError(f"unexpected data type {t.__name__} (expected raw data or a string)")
+        decoded = parse_json(value) if value else None
+        if decoded is not None and type(decoded) is not dict and not self._field.path:
+            raise ValueError(f"JSON {type(decoded).__name__} cannot be {self._field.reference} (expected an object)")
+        return decoded
 
 
-class JsonEncode(Transform):
+class JsonEncode(FieldValueTransform):
     """Writes the value in ``field`` as compact JSON text with sorted keys; null stays null.
 
     A whole .Key / .Payload.Before / .Payload.After becomes raw data, a nested
@@ -83,22 +64,4 @@ class JsonEncode(Transform):
     author = "cdcflow"
     parameters = {"field": _field_parameter("encode"), **SCHEMA_PARAMETERS}
 
-    def configure(self, config: Mapping[str, Any]) -> None:
-        super().configure(config)
-        self._field = compile_ref(self, "field", config["field"])
-
-    def process(self, records: Sequence[Record]) -> list[Result]:
-        get, set_ = self._field.get, self._field.set
-        out: list[Result] = []
-        for r in records:
-            try:
-                value = get(r)
-                if value is not None:
-                    set_(r, to_json(value))
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"field {self._field.reference!r}: {e}"))
-        return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
+    convert = staticmethod(to_json)

@@ -12,14 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from cdcflow.expr import to_text
 from cdcflow.params import Parameter, ParamType
-from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
 
-from .base import KEY_OR_PAYLOAD, compile_ref
+from .base import KEY_OR_PAYLOAD, FieldValueTransform
 from .field_set import SCHEMA_PARAMETERS
 
 TYPES = ("string", "int", "float", "bool", "time")
@@ -106,7 +104,7 @@ CONVERTERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-class FieldConvert(Transform):
+class FieldConvert(FieldValueTransform):
     """Converts ``field`` to ``type``; a value that does not convert fails only its record."""
 
     name = "field.convert"
@@ -130,21 +128,8 @@ class FieldConvert(Transform):
         **SCHEMA_PARAMETERS,
     }
 
+    skip_null = False  # a missing field is converted from null, as in Conduit
+
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
-        self._field = compile_ref(self, "field", config["field"])
-        self._convert = CONVERTERS[config["type"]]
-
-    def process(self, records: Sequence[Record]) -> list[Result]:
-        get, set_, convert = self._field.get, self._field.set, self._convert
-        out: list[Result] = []
-        for r in records:
-            try:
-                set_(r, convert(get(r)))
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"field {self._field.reference!r}: {e}"))
-        return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
+        self.convert = CONVERTERS[config["type"]]  # a plain function: the batch loop calls it directly

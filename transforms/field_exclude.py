@@ -8,10 +8,10 @@ from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result, Transform
 
+from .base import apply_each, compile_ref, plugin_name
 from .field_set import SCHEMA_PARAMETERS
-from .paths import FieldRef, FieldRefError
 
 
 def split_references(text: str) -> list[str]:
@@ -60,13 +60,10 @@ class FieldExclude(Transform):
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
-        plugin = self.id or self.name
+        plugin = plugin_name(self)
         refs = []
         for text in split_references(config["fields"]):
-            try:
-                ref = FieldRef.compile(text)
-            except FieldRefError as e:
-                raise ConfigError(plugin, "fields", "reference", str(e)) from None
+            ref = compile_ref(self, "fields", text)
             if ref.root in ("Position", "Operation"):
                 raise ConfigError(plugin, "fields", "exclusion", "it is not allowed to exclude .Position or .Operation")
             refs.append(ref)
@@ -76,17 +73,7 @@ class FieldExclude(Transform):
         self._deleters = [r.delete for r in refs]
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        out: list[Result] = []
-        append = out.append
-        deleters = self._deleters
-        for r in records:
-            try:
-                for delete in deleters:
-                    delete(r)
-                append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                append(Failed(str(e) or type(e).__name__))
-        return out
+        return apply_each(records, self._deleters)
 
     def process_record(self, record: Record) -> Result:
         return self.process([record])[0]

@@ -8,9 +8,9 @@ from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result, Transform
 
-from .base import compile_ref, plugin_name
+from .base import apply_each, compile_ref, plugin_name
 from .field_exclude import DATA_ATTRIBUTES, split_references
 from .field_set import SCHEMA_PARAMETERS
 from .paths import FieldRef
@@ -99,17 +99,7 @@ class FieldRename(Transform):
         self._renames = renames
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        renames = self._renames
-        out: list[Result] = []
-        append = out.append
-        for r in records:
-            try:
-                for rename in renames:
-                    rename(r)
-                append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                append(Failed(str(e) or type(e).__name__))
-        return out
+        return apply_each(records, self._renames)
 
     def process_record(self, record: Record) -> Result:
         return self.process([record])[0]

@@ -9,9 +9,9 @@ from cdcflow.expr import ExpressionError, Template
 from cdcflow.params import Parameter, ParamType
 from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result, Transform
 
-from .paths import FieldRef, FieldRefError
+from .base import compile_ref, failed, plugin_name
 
 #: Conduit's processors accept these schema settings; cdcflow keeps structured data
 #: as native values, so there is nothing to decode or encode and they are accepted as no-ops.
@@ -51,11 +51,8 @@ class FieldSet(Transform):
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
-        plugin = self.id or self.name
-        try:
-            self._field = FieldRef.compile(config["field"])
-        except FieldRefError as e:
-            raise ConfigError(plugin, "field", "reference", str(e)) from None
+        plugin = plugin_name(self)
+        self._field = compile_ref(self, "field", config["field"])
         if self._field.root == "Position":
             raise ConfigError(plugin, "field", "exclusion", "it is not allowed to set .Position")
         try:
@@ -75,7 +72,7 @@ class FieldSet(Transform):
                     setter(r, constant)
                     append(r)
                 except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                    append(Failed(str(e) or type(e).__name__))
+                    append(failed(e))
             return out
         render = template.render
         for r in records:
@@ -83,7 +80,7 @@ class FieldSet(Transform):
                 setter(r, render(r))
                 append(r)
             except Exception as e:  # noqa: BLE001
-                append(Failed(str(e) or type(e).__name__))
+                append(failed(e))
         return out
 
     def process_record(self, record: Record) -> Result:

@@ -16,9 +16,9 @@ from cdcflow.errors import ConfigError
 from cdcflow.expr import ExpressionError, Template
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result, Transform
 
-from .base import compile_ref, plugin_name
+from .base import compile_ref, failed, plugin_name
 from .field_set import SCHEMA_PARAMETERS
 
 #: Conduit's documented "send the whole record as JSON" body; cdcflow sends the record's JSON form
@@ -155,7 +155,7 @@ class WebhookHTTP(Transform):
                     self._response_status.set(r, str(response.status_code))
                 out.append(r)
             except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(str(e) or type(e).__name__))
+                out.append(failed(e))
         return out
 
     def process_record(self, record: Record) -> Result:

@@ -163,6 +163,9 @@ class _PluginClient:
         self._store = store
         self.proc: PluginProcess | None = None
         self.spec: PluginSpec | None = None
+        self._stub: Any = None  # the gRPC stub of the plugin's service, set by configure
+        self._requests: _RequestStream | None = None  # the open bidirectional stream's requests
+        self._responses: Any = None  # ... and its responses (destination and transform)
 
     @property
     def plugin_name(self) -> str:
@@ -202,6 +205,24 @@ class _PluginClient:
             return "avro" if self.proc is not None and self.proc.is_cdcflow else "struct"
         return mode
 
+    def _drain_stream(self) -> None:
+        """Close the bidirectional stream and read what the plugin still sends until it ends it."""
+        if self._requests is not None:
+            self._requests.close()
+            try:
+                for _ in self._responses:
+                    pass
+            except grpc.RpcError:
+                pass
+
+    def _request_teardown(self, request: Any, method: str) -> None:
+        """Ask a live plugin to tear down; a failure is only logged (teardown runs after failures too)."""
+        if self.proc is not None and self.proc.alive() and self._stub is not None:
+            try:
+                self._call(self._stub.Teardown, request, method)
+            except Exception as e:  # noqa: BLE001 - teardown runs after failures too
+                log.warning("plugin %s: %s", self._name, e)
+
     def _shutdown(self) -> None:
         if self.proc is not None:
             self.proc.stop()
@@ -213,8 +234,6 @@ class StandaloneSource(_PluginClient, Source):
 
     def __init__(self, path: str | Path, **kw: Any):
         super().__init__(path, **kw)
-        self._stub: Any = None
-        self._requests: _RequestStream | None = None
         self._reader: threading.Thread | None = None
         self._buf: collections.deque[Record] = collections.deque()
         self._cond = threading.Condition()
@@ -302,11 +321,7 @@ class StandaloneSource(_PluginClient, Source):
                 if self._reader.is_alive():
                     self._call_obj.cancel()
                     self._reader.join(timeout=self.options.stop_timeout)
-            if self.proc is not None and self.proc.alive() and self._stub is not None:
-                try:
-                    self._call(self._stub.Teardown, source_pb2.Source.Teardown.Request(), "Source.Teardown")
-                except Exception as e:  # noqa: BLE001 - teardown runs after failures too
-                    log.warning("plugin %s: %s", self._name, e)
+            self._request_teardown(source_pb2.Source.Teardown.Request(), "Source.Teardown")
         finally:
             self._shutdown()
 
@@ -314,12 +329,6 @@ class StandaloneSource(_PluginClient, Source):
 # -- destination ---------------------------------------------------------------------
 class StandaloneDestination(_PluginClient, Destination):
     """A destination plugin process; ``write`` returns when every record is acknowledged."""
-
-    def __init__(self, path: str | Path, **kw: Any):
-        super().__init__(path, **kw)
-        self._stub: Any = None
-        self._requests: _RequestStream | None = None
-        self._responses: Any = None
 
     def configure(self, config: Mapping[str, Any]) -> None:
         from ..pb.connector.v2 import destination_pb2_grpc
@@ -389,19 +398,8 @@ class StandaloneDestination(_PluginClient, Destination):
 
     def teardown(self) -> None:
         try:
-            if self._requests is not None:
-                self._requests.close()
-                try:
-                    for _ in self._responses:
-                        pass
-                except grpc.RpcError:
-                    pass
-            if self.proc is not None and self.proc.alive() and self._stub is not None:
-                try:
-                    self._call(self._stub.Teardown, destination_pb2.Destination.Teardown.Request(),
-                               "Destination.Teardown")
-                except Exception as e:  # noqa: BLE001 - teardown runs after failures too
-                    log.warning("plugin %s: %s", self._name, e)
+            self._drain_stream()
+            self._request_teardown(destination_pb2.Destination.Teardown.Request(), "Destination.Teardown")
         finally:
             self._shutdown()
 
@@ -411,12 +409,6 @@ class StandaloneTransform(_PluginClient, Transform):
     """A transform plugin process (transform.v1): one response per batch, one result per record."""
 
     _kind = TRANSFORM
-
-    def __init__(self, path: str | Path, **kw: Any):
-        super().__init__(path, **kw)
-        self._stub: Any = None
-        self._requests: _RequestStream | None = None
-        self._responses: Any = None
 
     def configure(self, config: Mapping[str, Any]) -> None:
         from ..pb.transform.v1 import transform_pb2_grpc
@@ -479,17 +471,7 @@ class StandaloneTransform(_PluginClient, Transform):
 
     def teardown(self) -> None:
         try:
-            if self._requests is not None:
-                self._requests.close()
-                try:
-                    for _ in self._responses:
-                        pass
-                except grpc.RpcError:
-                    pass
-            if self.proc is not None and self.proc.alive() and self._stub is not None:
-                try:
-                    self._call(self._stub.Teardown, transform_pb2.Teardown.Request(), "Transform.Teardown")
-                except Exception as e:  # noqa: BLE001 - teardown runs after failures too
-                    log.warning("plugin %s: %s", self._name, e)
+            self._drain_stream()
+            self._request_teardown(transform_pb2.Teardown.Request(), "Transform.Teardown")
         finally:
             self._shutdown()

@@ -9,10 +9,8 @@ from __future__ import annotations
 import csv
 import datetime
 import decimal
-import gc
 import io
 import sys
-import time
 
 import orjson
 
@@ -20,6 +18,7 @@ from cdcflow.connectors.ticdc import canal_json as cj
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import RowChange, to_records
 from cdcflow.tidb import Column, TableSchema
+from timing import best_rates
 
 TABLE = TableSchema("shop", "orders", (
     Column("id", "BIGINT", primary_key=True, handle_key=True, nullable=False),
@@ -47,37 +46,13 @@ def make_events(n: int) -> list[RowChange]:
 
 
 def rate(fn, n: int, repeat: int = 3) -> float:
-    """Best of ``repeat`` runs, with the cyclic GC off for ours and the floor alike (its pauses
-    on millions of fresh objects otherwise dominate whichever side runs second)."""
-    best = float("inf")
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        gc.enable()
-    return n / best
+    """Records/s of ``fn`` alone (see timing.best_rates)."""
+    return best_rates([fn], n, repeat)[0]
 
 
 def rates(ours, floors, n: int, repeat: int = 5) -> list[float]:
-    """Records/s of ``ours`` and of each floor, best of ``repeat`` rounds run interleaved (one
-    round times each function once), so load from other processes hits all sides alike."""
-    fns = [ours, *floors]
-    best = [float("inf")] * len(fns)
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for i, fn in enumerate(fns):
-                t0 = time.perf_counter()
-                fn()
-                best[i] = min(best[i], time.perf_counter() - t0)
-    finally:
-        gc.enable()
-    return [n / t for t in best]
+    """Records/s of ``ours`` and of each floor, timed interleaved (see timing.best_rates)."""
+    return best_rates([ours, *floors], n, repeat)
 
 
 def main() -> None:

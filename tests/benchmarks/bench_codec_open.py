@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gc
 import json
 import struct
-import time
 from decimal import Decimal
 
 import orjson
@@ -26,6 +24,7 @@ from cdcflow.connectors.ticdc import open_protocol as op
 from cdcflow.connectors.ticdc.events import RowChange, from_records, to_record, to_records
 from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
+from timing import best_rates
 
 TABLE = TableSchema("shop", "orders", (
     Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),
@@ -112,22 +111,6 @@ def run(n: int = 20_000) -> list[tuple[str, float, float]]:
     enc_rates = best_rates([encode, floor_dumps, floor_json_dumps], n)
     store.close()
     return [("decode->OpenCDC", *dec_rates), ("encode<-OpenCDC", *enc_rates)]
-
-
-def best_rates(fns, n: int, repeat: int = 5) -> list[float]:
-    """Records/s of each function, best of ``repeat`` interleaved rounds, cyclic GC off."""
-    best = [float("inf")] * len(fns)
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for i, fn in enumerate(fns):
-                t0 = time.perf_counter()
-                fn()
-                best[i] = min(best[i], time.perf_counter() - t0)
-    finally:
-        gc.enable()
-    return [n / t for t in best]
 
 
 def main() -> None:
