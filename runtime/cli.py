@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "cdcflow.engine.commands",
     "cdcflow.schemaregistry.commands",
     "cdcflow.dev.commands",
+    "cdcflow.dev.quickstart",
 )
 
 EXIT_OK = 0

@@ -25,7 +25,10 @@ from cdcflow.errors import CdcflowError
 from cdcflow.record import META_COLLECTION, Record
 from cdcflow.sdk import Destination
 
-from ..ticdc.events import META_SCHEMA, META_TABLE, DDLEvent, ResolvedEvent, RowChange, from_record
+from ..ticdc.events import (
+    META_ONLY_HANDLE_KEY, META_SCHEMA, META_TABLE, DDLEvent, ResolvedEvent, RowChange, from_record,
+)
+from ..ticdc.open_protocol import MessageTooLarge
 from .codecs import encoder_for
 from .dispatch import dispatcher, table_hash, topic_for
 from .settings import PLUGIN, KafkaSettings, client_config, resolve
@@ -114,9 +117,14 @@ class KafkaDestination(Destination):
         open_rows: dict[tuple[str, int], list[tuple[int, RowChange]]] = {}
         max_bytes = s.max_message_bytes
 
-        def emit(topic: str, part: int, key: Any, value: Any, idxs: list[int]) -> None:
+        cut_large = s.large_message_handle_option == "handle-key-only"
+
+        def emit(topic: str, part: int, key: Any, value: Any, idxs: list[int], rows: list | None = None) -> None:
             size = (len(key) if key else 0) + (len(value) if value else 0)
             if size > max_bytes:
+                if cut_large and rows:
+                    self._emit_handle_key_only(topic, part, idxs, rows, size, errors, emit)
+                    return
                 for i in idxs:
                     errors[i] = (f"message of {size} bytes for {topic}[{part}] exceeds max-message-bytes "
                                  f"{max_bytes}")
@@ -144,7 +152,7 @@ class KafkaDestination(Destination):
                         msg = self._encoder.encode_one(ev, topic)
                         emit(topic, part, msg[0], msg[1], [i])
                     else:
-                        emit(topic, part, None, self._encoder.encode(ev), [i])
+                        emit(topic, part, None, self._encoder.encode(ev), [i], [ev])
                     continue
                 # control events keep their place: rows before them go out first
                 flush_open_rows()
@@ -166,14 +174,63 @@ class KafkaDestination(Destination):
             except Exception:  # noqa: BLE001 - find the bad rows one by one, keep the good ones
                 for i, ev in chunk:
                     try:
-                        for k, v in enc.encode([ev]):
-                            emit(topic, part, k, v, [i])
+                        encoded = enc.encode([ev])
+                    except MessageTooLarge as e:  # the codec enforces max-message-bytes itself
+                        if self.settings.large_message_handle_option == "handle-key-only":
+                            self._emit_handle_key_only(topic, part, [i], [ev], 0, errors, emit)
+                        else:
+                            errors[i] = f"{type(e).__name__}: {e}"
+                        continue
                     except Exception as e:  # noqa: BLE001
                         errors[i] = f"{type(e).__name__}: {e}"
+                        continue
+                    for k, v in encoded:
+                        emit(topic, part, k, v, [i], [ev])
                 continue
             idxs = [i for i, _ in chunk]
             for k, v in msgs:
-                emit(topic, part, k, v, idxs)
+                emit(topic, part, k, v, idxs, [ev for _, ev in chunk])
+
+    def _emit_handle_key_only(self, topic, part, idxs, rows, size, errors, emit) -> None:
+        """``large-message-handle-option=handle-key-only``: a row whose message is too large goes out
+        with its handle-key columns only, flagged (canal-json ``_tidb.onlyHandleKey``, open protocol
+        ``ohk``), as TiCDC does; a multi-row open-protocol message is first split into single rows."""
+        max_bytes = self.settings.max_message_bytes
+        if len(rows) > 1:
+            for i, ev in zip(idxs, rows):
+                try:
+                    encoded = self._encode_row(ev)
+                except Exception as e:  # noqa: BLE001 - that row's problem, to the DLQ
+                    errors[i] = f"{type(e).__name__}: {e}"
+                    continue
+                for k, v in encoded:
+                    emit(topic, part, k, v, [i], [ev])
+            return
+        (i,), (ev,) = idxs, rows
+        if ev.extra.get(META_ONLY_HANDLE_KEY) == "true":  # already cut: nothing left to drop
+            errors[i] = (f"message of {size or 'too many'} bytes for {topic}[{part}] exceeds max-message-bytes {max_bytes} "
+                         "even with the handle key only")
+            return
+        names = [c.name for c in ev.table.handle_key]
+        if not names:
+            errors[i] = (f"message of {size or 'too many'} bytes for {topic}[{part}] exceeds max-message-bytes {max_bytes}; "
+                         f"table {ev.table.collection} has no handle key for handle-key-only")
+            return
+        cut = RowChange(ev.table, ev.kind, ev.commit_ts, {n: (ev.row or {}).get(n) for n in names},
+                        {n: ev.old.get(n) for n in names} if ev.old is not None else None,
+                        {**ev.extra, META_ONLY_HANDLE_KEY: "true"})
+        try:
+            encoded = self._encode_row(cut)
+        except Exception as e:  # noqa: BLE001 - MessageTooLarge included: even the key does not fit
+            errors[i] = f"handle-key-only: {type(e).__name__}: {e}"
+            return
+        for k, v in encoded:
+            emit(topic, part, k, v, [i], [cut])
+
+    def _encode_row(self, ev: RowChange) -> list[tuple[Any, Any]]:
+        if self.settings.protocol == "canal-json":
+            return [(None, self._encoder.encode(ev))]
+        return self._encoder.encode([ev])
 
     def _plan_control(self, i: int, ev: DDLEvent | ResolvedEvent, emit) -> None:
         s = self.settings

@@ -22,13 +22,14 @@ DISPATCHERS = ("default", "table", "ts", "index-value", "rowid", "columns")
 CONSISTENCY = ("row", "transaction")
 READ_FROM = ("earliest", "latest")
 DEFAULT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024  # TiCDC's default
+LARGE_MESSAGE_OPTIONS = ("none", "handle-key-only")  # claim-check: not implemented
 DEFAULT_PARTITION_NUM = 3  # TiCDC creates missing topics with 3 partitions
 
 # URI query parameters that are TiCDC sink options with a cdcflow setting of the same name
 _URI_OPTIONS = (
     "protocol", "enable-tidb-extension", "avro-decimal-handling-mode", "avro-bigint-unsigned-handling-mode",
     "avro-enable-watermark", "schema-registry", "max-message-bytes", "partition-num", "max-batch-size",
-    "content-compatible", "only-output-updated-columns", "partition", "columns",
+    "content-compatible", "only-output-updated-columns", "partition", "columns", "large-message-handle-option",
 )
 # URI query parameters TiCDC knows that map onto librdkafka properties
 _URI_CLIENT = {
@@ -88,6 +89,10 @@ DESTINATION_PARAMS: dict[str, Parameter] = {
                                       type=ParamType.BOOL),
     "delivery-timeout": _p("Longest wait for delivery reports of one batch.", type=ParamType.DURATION,
                            default="60s"),
+    "large-message-handle-option": _p("A row message over max-message-bytes: none (to the DLQ) or "
+                                      "handle-key-only (sent with the handle-key columns only, flagged; "
+                                      "canal-json with the extension, open-protocol).",
+                                      inclusion=LARGE_MESSAGE_OPTIONS),
 }
 
 
@@ -116,6 +121,7 @@ class KafkaSettings:
     consistency: str = "row"
     poll_timeout: float = 0.1
     delivery_timeout: float = 60.0
+    large_message_handle_option: str = "none"
     client: dict[str, str] = field(default_factory=dict)  # librdkafka properties
 
     @property
@@ -302,6 +308,20 @@ def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin:
         s.max_batch_size = _int(plugin, "max-batch-size", merged["max-batch-size"])
     if merged.get("delivery-timeout") is not None:
         s.delivery_timeout = float(merged["delivery-timeout"])
+    option = str(merged.get("large-message-handle-option") or "none")
+    if option == "claim-check":
+        raise ConfigError(plugin, "large-message-handle-option", "not-implemented",
+                          "claim-check is not implemented; use handle-key-only or none")
+    s.large_message_handle_option = _choice(plugin, "large-message-handle-option", option, LARGE_MESSAGE_OPTIONS)
+    if s.large_message_handle_option != "none":
+        if s.protocol not in ("canal-json", "open-protocol"):
+            raise ConfigError(plugin, "large-message-handle-option", "protocol",
+                              f"large-message-handle-option={option} supports canal-json and open-protocol, "
+                              f"not {s.protocol} (TiCDC's rule)")
+        if s.protocol == "canal-json" and not s.enable_tidb_extension:
+            raise ConfigError(plugin, "large-message-handle-option", "needs-extension",
+                              f"large-message-handle-option={option} with canal-json needs "
+                              "enable-tidb-extension=true: the onlyHandleKey flag lives in _tidb (TiCDC's rule)")
 
 
 def client_config(s: KafkaSettings, **extra: Any) -> dict[str, Any]:
