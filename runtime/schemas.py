@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import random
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +53,11 @@ class SchemaStore:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL" if path is not None else "PRAGMA journal_mode=MEMORY")
-        self._db.executescript(
-            """
+        self._init_schema(persistent=path is not None)
+        self._by_id: dict[int, tuple[str, str]] = {}
+        self._by_sv: dict[tuple[str, int], StoredSchema] = {}
+
+    _DDL = """
             CREATE TABLE IF NOT EXISTS schemas (
                 id INTEGER PRIMARY KEY AUTOINCREMENT,
                 fingerprint TEXT NOT NULL UNIQUE,
@@ -72,9 +76,24 @@ class SchemaStore:
                 compatibility TEXT NOT NULL
             );
             """
-        )
-        self._by_id: dict[int, tuple[str, str]] = {}
-        self._by_sv: dict[tuple[str, int], StoredSchema] = {}
+
+    def _init_schema(self, persistent: bool) -> None:
+        """WAL mode and tables. Executors open the same file at the same moment: switching
+        the journal mode can answer SQLITE_BUSY without waiting for the busy timeout, so
+        retry for as long as the timeout would have waited."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if not persistent:
+                    self._db.execute("PRAGMA journal_mode=MEMORY")
+                elif self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(self._DDL)
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02 + random.random() * 0.05)
 
     def close(self) -> None:
         self._db.close()

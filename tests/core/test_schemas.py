@@ -72,3 +72,27 @@ def test_registering_an_existing_schema_from_a_second_process_returns(tmp_path):
     t.join(timeout=10)
     assert not t.is_alive(), "register deadlocked"
     assert result == [first]
+
+
+def _open_and_register(args):
+    path, i, start = args
+    import time as _t
+
+    while _t.time() < start:  # all processes hit the fresh file at the same moment
+        pass
+    store = SchemaStore(path)
+    schema = json.dumps({"type": "record", "name": "r", "fields": [{"name": "x", "type": "long"}]})
+    return store.register("shared-value", schema).id, store.register(f"own-{i}", schema).version
+
+
+def test_executors_opening_a_new_store_at_once_do_not_fail(tmp_path):
+    """Spark executors open the pipeline's store file together; none may fail with
+    'database is locked' (switching to WAL answers SQLITE_BUSY without waiting)."""
+    import multiprocessing
+    import time as _t
+
+    path = str(tmp_path / "fresh.db")
+    start = _t.time() + 1.0
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
+        results = pool.map(_open_and_register, [(path, i, start) for i in range(6)])
+    assert results == [(1, 1)] * 6
