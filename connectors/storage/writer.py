@@ -11,10 +11,10 @@ as TiCDC does, so a writer that restarts skips past it.
 from __future__ import annotations
 
 import os
-import uuid
 
 import orjson
 
+from cdcflow.durable import create_file, replace_file
 from cdcflow.errors import CdcflowError
 
 from .layout import INDEX_DIR, INDEX_FILE, METADATA_FILE, data_file_name, index_path, parse_data_file
@@ -82,15 +82,7 @@ class FileStore:
         path = self.full(rel)
         try:
             if self.local:
-                directory = os.path.dirname(path)
-                os.makedirs(directory, exist_ok=True)
-                tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                _fsync_dir(directory)
+                replace_file(path, data)
             else:
                 self.fs.pipe_file(path, data)
         except OSError as e:
@@ -101,21 +93,7 @@ class FileStore:
         path = self.full(rel)
         try:
             if self.local:
-                directory = os.path.dirname(path)
-                os.makedirs(directory, exist_ok=True)
-                tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    return False
-                finally:
-                    os.unlink(tmp)
-                _fsync_dir(directory)
-                return True
+                return create_file(path, data)
             if self.fs.exists(path):
                 return False
             self.fs.pipe_file(path, data)
@@ -126,14 +104,6 @@ class FileStore:
 
 def _takes_refresh(fs) -> bool:
     return getattr(fs, "protocol", None) in ("s3", "s3a", ("s3", "s3a"), "gcs", ("gcs", "gs"), "abfs", "az")
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class DataDirectory:

@@ -25,6 +25,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..durable import replace_file
 from ..errors import CdcflowError
 
 STOP_FILE = "stop-requested"
@@ -75,23 +76,8 @@ class PartitionState:
             raise StateError(f"{where}: unreadable partition state: {e}") from None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves the old or the new content."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+#: state files are replaced atomically and durably (old or new content after a crash)
+atomic_write = replace_file
 
 
 def _component(text: str) -> str:
