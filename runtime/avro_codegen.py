@@ -21,9 +21,10 @@ import struct
 from decimal import Context, Decimal, MAX_EMAX, MAX_PREC, MIN_EMIN
 from typing import Any, Callable
 
+from .varint import TABLE as VARINT_TABLE, TABLE_SIZE as VARINT_TABLE_SIZE, uvarint
+
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-_VARINT_TABLE_SIZE = 1 << 14  # every one- and two-byte varint, precomputed
 _EPOCH_DATE_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _EPOCH = _dt.datetime(1970, 1, 1)
 _US = _dt.timedelta(microseconds=1)
@@ -38,18 +39,7 @@ class _Mismatch(Exception):
     """Raised by generated code; the caller reruns the reference path for the precise error."""
 
 
-def _uvarint(z: int) -> bytes:
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-_VT = tuple(_uvarint(z) for z in range(_VARINT_TABLE_SIZE))
-#: unsigned varints 0 .. VARINT_TABLE_SIZE-1 (protobuf framing uses them too)
-VARINT_TABLE, VARINT_TABLE_SIZE = _VT, _VARINT_TABLE_SIZE
+_VT, _VARINT_TABLE_SIZE, _uvarint = VARINT_TABLE, VARINT_TABLE_SIZE, uvarint
 
 
 def _read_varint_tail(d: bytes, p: int, b: int) -> tuple[int, int]:

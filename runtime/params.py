@@ -81,6 +81,21 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"invalid bool {text!r} (expected true or false)")
 
 
+def option_bool(plugin: str, name: str, value: Any) -> bool:
+    """A TiCDC boolean option (sink URI query or setting): true/1 or false/0/empty.
+
+    Options reach codecs both as typed values and as URI text, so bools pass through.
+    """
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0", ""):
+        return False
+    raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid bool (expected true or false)")
+
+
 def _convert(ptype: ParamType, raw: str) -> Any:
     if ptype is ParamType.INT:
         return int(raw.strip())

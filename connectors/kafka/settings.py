@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from cdcflow.errors import ConfigError
-from cdcflow.params import Parameter, ParamType
+from cdcflow.params import Parameter, ParamType, option_bool
 
 PLUGIN = "kafka"
 PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json")
@@ -183,17 +183,6 @@ def parse_uri(uri: str, plugin: str = PLUGIN) -> tuple[str, str, dict[str, str]]
     return servers, topic, opts
 
 
-def _bool(plugin: str, name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1"):
-        return True
-    if text in ("false", "0", ""):
-        return False
-    raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid bool")
-
-
 def _int(plugin: str, name: str, value: Any) -> int:
     try:
         n = int(value)
@@ -232,14 +221,14 @@ def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> Kafka
         raise ConfigError(plugin, "protocol", "required",
                           f"set protocol ({', '.join(PROTOCOLS)}) as a setting or in the URI")
     s = KafkaSettings(servers=servers, protocol=protocol)
-    s.enable_tidb_extension = _bool(plugin, "enable-tidb-extension", merged.get("enable-tidb-extension", False))
-    s.avro_enable_watermark = _bool(plugin, "avro-enable-watermark", merged.get("avro-enable-watermark", False))
+    s.enable_tidb_extension = option_bool(plugin, "enable-tidb-extension", merged.get("enable-tidb-extension", False))
+    s.avro_enable_watermark = option_bool(plugin, "avro-enable-watermark", merged.get("avro-enable-watermark", False))
     s.avro_decimal_handling_mode = _choice(plugin, "avro-decimal-handling-mode", str(
         merged.get("avro-decimal-handling-mode", "precise")).lower(), ("precise", "string"))
     s.avro_bigint_unsigned_handling_mode = _choice(plugin, "avro-bigint-unsigned-handling-mode", str(
         merged.get("avro-bigint-unsigned-handling-mode", "long")).lower(), ("long", "string"))
-    s.content_compatible = _bool(plugin, "content-compatible", merged.get("content-compatible", False))
-    s.only_output_updated_columns = _bool(plugin, "only-output-updated-columns",
+    s.content_compatible = option_bool(plugin, "content-compatible", merged.get("content-compatible", False))
+    s.only_output_updated_columns = option_bool(plugin, "only-output-updated-columns",
                                           merged.get("only-output-updated-columns", False))
     if merged.get("max-message-bytes") is not None:
         s.max_message_bytes = _int(plugin, "max-message-bytes", merged["max-message-bytes"])

@@ -43,7 +43,7 @@ from cdcflow.connectors.ticdc.events import (
     ResolvedEvent,
     RowChange,
 )
-from cdcflow.errors import ConfigError
+from cdcflow.params import option_bool
 from cdcflow.tidb import (
     BINARY_TYPES,
     INTEGER_TYPES,
@@ -104,17 +104,6 @@ _MYSQL_ALIASES = {"INTEGER": "INT", "BOOL": "TINYINT", "BOOLEAN": "TINYINT", "NU
 
 # --------------------------------------------------------------------------- options
 
-def _bool_option(plugin: str, name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1"):
-        return True
-    if text in ("false", "0", ""):
-        return False
-    raise ConfigError(plugin, name, "bool", f"expected true or false, got {value!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class CanalJsonOptions:
     """Encoder options, named as in TiCDC's sink URI / ``[sink]`` config."""
@@ -128,10 +117,10 @@ class CanalJsonOptions:
         """Build from TiCDC option names (``enable-tidb-extension`` ...); unknown names are ignored
         so one connector config can carry other settings."""
         return cls(
-            enable_tidb_extension=_bool_option(plugin, "enable-tidb-extension",
+            enable_tidb_extension=option_bool(plugin, "enable-tidb-extension",
                                                config.get("enable-tidb-extension", False)),
-            content_compatible=_bool_option(plugin, "content-compatible", config.get("content-compatible", False)),
-            only_output_updated_columns=_bool_option(plugin, "only-output-updated-columns",
+            content_compatible=option_bool(plugin, "content-compatible", config.get("content-compatible", False)),
+            only_output_updated_columns=option_bool(plugin, "only-output-updated-columns",
                                                      config.get("only-output-updated-columns", False)),
         )
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdcflow.connectors.ticdc.canal_json import _bool_option as _bool
+from cdcflow.params import option_bool as _bool
 from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, parse_time
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange

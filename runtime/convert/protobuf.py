@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from google.protobuf import struct_pb2
 
-from ..avro_codegen import VARINT_TABLE as _VT, VARINT_TABLE_SIZE as _VARINT_TABLE_SIZE
+from ..varint import uvarint as _varint
 from ..avro_values import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.opencdc.v1 import opencdc_pb2
@@ -117,17 +117,6 @@ def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structu
             parts += (b"\x2a", _varint(len(change_bytes)), change_bytes)
         append(b"".join(parts))
     return out
-
-
-def _varint(n: int) -> bytes:
-    if n < _VARINT_TABLE_SIZE:
-        return _VT[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _map_entry(key: str, value: str) -> bytes:

@@ -13,21 +13,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..pb.opencdc.v1 import opencdc_pb2
+from ..varint import uvarint as _varint
 
 _FIELD1 = b"\x0a"  # field 1, length-delimited
 _HEADROOM = 64  # message overhead beyond the records
 _FRAME = 11  # tag + the longest varint length
-
-
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def too_big(size: int, limit: int) -> str:
