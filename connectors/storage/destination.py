@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from typing import Any, Mapping, Sequence
 
 from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder
@@ -26,6 +27,9 @@ from cdcflow.tidb import TableSchema
 from . import layout, schemafile
 from .settings import PLUGIN, StorageSettings, resolve
 from .writer import DataDirectory, FileStore, write_checkpoint
+
+
+_TABLE_OF = operator.attrgetter("table")
 
 
 @dataclasses.dataclass
@@ -57,29 +61,40 @@ class StorageDestination(Destination):
     # ------------------------------------------------------------------ write
     def write(self, records: Sequence[Record]) -> list[str | None] | None:
         errors: list[str | None] = [None] * len(records)
-        # data directory -> [(record index, RowChange)] in arrival order
-        groups: dict[str, list[tuple[int, RowChange]]] = {}
+        # data directory -> ([record index], [RowChange]) in arrival order
+        groups: dict[str, tuple[list[int], list[RowChange]]] = {}
         try:
             events = from_records(records, self._store)
         except (CdcflowError, ValueError):  # find the bad records one by one
             events = None
+        dated = self.settings.date_separator != "none"
+        last_table = None  # rows of the table object just seen (undated) go to the same group
+        group: tuple[list[int], list[RowChange]] = ([], [])
+        max_ts = self._max_commit_ts
         for i, rec in enumerate(records):
             try:
                 ev = from_record(rec, self._store) if events is None else events[i]
                 if type(ev) is RowChange:
-                    rel = self._data_dir_of(ev, rec.position)
-                    groups.setdefault(rel, []).append((i, ev))
-                    if self._max_commit_ts is None or ev.commit_ts > self._max_commit_ts:
-                        self._max_commit_ts = ev.commit_ts
+                    if ev.table is not last_table:
+                        last_table = None
+                        rel = self._data_dir_of(ev, rec.position)
+                        group = groups.get(rel) or groups.setdefault(rel, ([], []))
+                        last_table = None if dated else ev.table
+                    group[0].append(i)
+                    group[1].append(ev)
+                    if max_ts is None or ev.commit_ts > max_ts:
+                        max_ts = ev.commit_ts
                 elif type(ev) is DDLEvent:
+                    last_table = None
                     self._on_ddl(ev, rec.position)
                 elif type(ev) is ResolvedEvent:
                     if self._resolved is None or ev.ts > self._resolved:
                         self._resolved = ev.ts
             except (CdcflowError, ValueError) as e:
                 errors[i] = f"{type(e).__name__}: {e}"
-        for rel, items in groups.items():
-            self._write_group(rel, items, errors)
+        self._max_commit_ts = max_ts
+        for rel, (indexes, evs) in groups.items():
+            self._write_group(rel, indexes, evs, errors)
         ts = self._resolved if self._resolved is not None else self._max_commit_ts
         if ts is not None:
             write_checkpoint(self.files, ts)
@@ -182,16 +197,10 @@ class StorageDestination(Destination):
         term = s.csv.terminator.encode()
         return term.join(self._encoder.encode_many(events)) + term
 
-    def _encode_checked(self, items: list[tuple[int, RowChange]], errors: list[str | None]) -> list[RowChange]:
+    def _encode_checked(self, indexes: list[int], events: list[RowChange], errors: list[str | None]) -> list[RowChange]:
         """The events that encode; the others get their error (one bad value never fails the batch)."""
-        events = [ev for _, ev in items]
-        try:
-            self._encode(events)
-            return events
-        except CodecError:
-            pass
         ok = []
-        for i, ev in items:
+        for i, ev in zip(indexes, events):
             try:
                 self._encode([ev])
                 ok.append(ev)
@@ -199,17 +208,16 @@ class StorageDestination(Destination):
                 errors[i] = f"{type(e).__name__}: {e}"
         return ok
 
-    def _write_group(self, rel: str, items: list[tuple[int, RowChange]], errors: list[str | None]) -> None:
-        events = [ev for _, ev in items]
+    def _write_group(self, rel: str, indexes: list[int], events: list[RowChange], errors: list[str | None]) -> None:
         # CSV: one encode call per table object (rows of a data directory share columns)
-        if self._encoder is None and any(ev.table is not events[0].table for ev in events):
+        if self._encoder is None:
             first = events[0].table
-            events = [ev if ev.table is first else dataclasses.replace(ev, table=first) for ev in events]
-            items = [(i, ev) for (i, _), ev in zip(items, events)]
+            if list(map(_TABLE_OF, events)).count(first) != len(events):  # identity first: C speed
+                events = [ev if ev.table is first else dataclasses.replace(ev, table=first) for ev in events]
         try:
             data = self._encode(events)
         except CodecError:
-            events = self._encode_checked(items, errors)
+            events = self._encode_checked(indexes, events, errors)
             if not events:
                 return
             data = self._encode(events)

@@ -19,7 +19,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
-from cdcflow.connectors.ticdc.csv import CsvDecoder
+from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
 from cdcflow.errors import CdcflowError, RecordError
@@ -37,21 +37,42 @@ class StorageReadError(RecordError):
 
 
 class _Chunk:
-    """The decoded events of one data file (or one DDL) not yet returned; positions are made per batch."""
+    """The decoded rows of one data file (or one DDL) not yet returned.
 
-    __slots__ = ("at", "events", "next", "_prefix")
+    ``rows`` is either a list of events (DDL, canal-json, CSV rows read row-wise) or a
+    ``CsvColumns`` (a CSV file read column-wise); records are made per ``read`` batch."""
 
-    def __init__(self, at: "_Cursor", events: list, first: int):
+    __slots__ = ("at", "rows", "next", "_position")
+
+    def __init__(self, at: "_Cursor", rows, first: int):
         self.at = at
-        self.events = events
-        self.next = first  # index of the next event to return (= rows already read)
-        self._prefix = f"{at.version}|{at.date}|{at.index}|"
+        self.rows = rows
+        self.next = first  # index of the next row to return (= rows already read)
+        self._position = (f"{at.version}|{at.date}|{at.index}|".replace("%", "%%") + "%d").encode()
 
-    def positions(self, start: int, end: int) -> list[bytes]:
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def records(self, start: int, end: int, store) -> list[Record]:
         if self.at.kind == 0:
-            return [self.at.encode()]
-        prefix = self._prefix
-        return [f"{prefix}{k}".encode() for k in range(start + 1, end + 1)]
+            return to_records(self.rows[start:end], [self.at.encode()], store)
+        positions = map(self._position.__mod__, range(start + 1, end + 1))
+        if type(self.rows) is CsvColumns:
+            return self.rows.records(positions, store, start, end)
+        return to_records(self.rows[start:end], positions, store)
+
+    def commit_ts_at(self, k: int) -> int:
+        rows = self.rows
+        if type(rows) is CsvColumns:
+            return rows.commit_ts_at(k)
+        ev = rows[k]
+        return ev.commit_ts if type(ev) is RowChange else 0
+
+    def truncate(self, end: int) -> None:
+        if type(self.rows) is CsvColumns:
+            self.rows.truncate(end)
+        else:
+            del self.rows[end:]
 
     def cursor_at(self, end: int) -> "_Cursor":
         return self.at if self.at.kind == 0 else dataclasses.replace(self.at, row=end)
@@ -231,21 +252,21 @@ class StorageSource(Source):
                 skip = c.row if (version, 1, date, index) == (c.version, c.kind, c.date, c.index) else 0
                 if skip and key in self._read_rows and self._read_rows[key] <= skip:
                     continue  # files never change: this one is fully read
-                events = self._decode(rel, sf.table)
-                self._read_rows = {key: len(events)}
-                if len(events) <= skip:
+                rows = self._decode(rel, sf.table)
+                self._read_rows = {key: len(rows)}
+                if len(rows) <= skip:
                     continue
-                self._chunk = _Chunk(at, events, skip)
+                self._chunk = _Chunk(at, rows, skip)
                 return True
         return False
 
-    def _decode(self, rel: str, table: TableSchema) -> list:
+    def _decode(self, rel: str, table: TableSchema) -> "list | CsvColumns":
         data = self.files.read(rel) or b""
         full = self.files.full(rel)
         s = self.settings
         try:
             if s.format == "csv":
-                return CsvDecoder(table, s.csv, source=full).decode(data)
+                return CsvDecoder(table, s.csv, source=full).decode_columns(data)
             # Schema files carry no ENUM/SET members: for those columns the message's mysqlType knows more.
             hint = dataclasses.replace(table, columns=tuple(
                 c for c in table.columns if c.type not in ("ENUM", "SET") or c.elements), index={})
@@ -274,7 +295,7 @@ class StorageSource(Source):
         out: list[Record] = []
         while len(out) < max_records:
             chunk = self._chunk
-            if chunk is None or chunk.next >= len(chunk.events):
+            if chunk is None or chunk.next >= len(chunk):
                 self._chunk = None
                 if out:
                     break
@@ -293,9 +314,9 @@ class StorageSource(Source):
                     self._cut_at_checkpoint(self._chunk)
                 continue
             start = chunk.next
-            end = min(len(chunk.events), start + max_records - len(out))
+            end = min(len(chunk), start + max_records - len(out))
             chunk.next = end
-            out += to_records(chunk.events[start:end], chunk.positions(start, end), self._schema_store)
+            out += chunk.records(start, end, self._schema_store)
             self.cursor = chunk.cursor_at(end)
         if out:
             self._last = out[-1].position
@@ -304,10 +325,10 @@ class StorageSource(Source):
     def _cut_at_checkpoint(self, chunk: "_Chunk") -> None:
         """Drop rows at or past the checkpoint; a table's commit ts only grow, so the rest is later still."""
         cp = self.checkpoint
-        for k in range(chunk.next, len(chunk.events)):
-            ev = chunk.events[k]
-            if type(ev) is RowChange and ev.commit_ts and ev.commit_ts >= cp:
-                del chunk.events[k:]
+        for k in range(chunk.next, len(chunk)):
+            ts = chunk.commit_ts_at(k)
+            if ts and ts >= cp:
+                chunk.truncate(k)
                 self._done = True
                 return
 

@@ -16,7 +16,11 @@ from __future__ import annotations
 import base64
 import binascii
 import csv as _stdcsv
+import datetime as _dt
+import decimal as _decimal
 import io
+import re
+from itertools import islice as _islice
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +28,9 @@ from typing import Any
 from cdcflow.params import option_bool as _bool
 from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, parse_time
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
-from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange
+from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, rows_to_records, rows_to_dicts
 from cdcflow.errors import ConfigError
+from cdcflow.record import Operation, Record
 from cdcflow.tidb import BINARY_TYPES, INTEGER_TYPES, Column, TableSchema, parse_date, parse_datetime
 from cdcflow.tidb import ValueMismatch as _ValueProblem
 from cdcflow.tidb import format_date as date_text
@@ -188,7 +193,7 @@ def _from_hex(text: str) -> bytes:
 class _Writer:
     """Per (table, options) column plan and field quoting."""
 
-    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts")
+    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts", "lines")
 
     def __init__(self, table: TableSchema, options: CsvOptions):
         self.table = table
@@ -222,6 +227,82 @@ class _Writer:
                        + quote_field(table.schema) for op in ("I", "U", "D")}
         self.handle_names = tuple(c.name for c in table.columns if c.handle_key)
         self.column_texts = self._compile_column_texts()
+        self.lines = self._compile_lines()
+
+    def _compile_lines(self) -> Callable[[Iterable[RowChange]], list[str] | None] | None:
+        """Compile ``events -> [line]`` once per (table, options) for plain rows (no is-update or
+        handle-key column): one f-string per row with every column's formatting inlined. Returns
+        None for the batch when any event or value needs the careful path (``line``), which then
+        writes it or names the offending column."""
+        o = self.options
+        if o.output_old_value or o.output_handle_key:
+            return None
+        q = o.quote
+        ns: dict[str, Any] = {"RowChange": RowChange, "TABLE": self.table, "D": o.delimiter, "END": o.terminator,
+                              "NULL": o.null, "Q": q, "QQ": q + q, "DOT0": ".0", "SEP": " ",
+                              "Decimal": _decimal.Decimal, "date": _dt.date, "datetime": _dt.datetime,
+                              "PREFIX": {kind: self.prefix[op] for kind, op in _OPS.items()},
+                              "b2a_base64": binascii.b2a_base64}
+        fields = []
+        for i, col in enumerate(self.table.columns):
+            v = f"v{i}"
+            ns[f"K{i}"] = col.name
+            conv = _formatter(col, o)
+            t = col.type
+            if conv is _int_text:
+                expr = f"str({v}) if type({v}) is int else F{i}({v})"
+            elif conv is go_float_text:  # Go's %v: plain digits in [1e-4, 1e6), else the careful formatter
+                expr = (f"(t if not (t := repr({v})).endswith(DOT0) else t[:-2]) if type({v}) is float and "
+                        f"(1e-4 <= {v} < 1e6 or -1e6 < {v} <= -1e-4) else F{i}({v})")
+            elif conv is _str_text and q:
+                expr = f"Q + ({v} if Q not in {v} else {v}.replace(Q, QQ)) + Q if type({v}) is str else F{i}({v})"
+            elif t == "DECIMAL" and q:
+                # format 'f' has exactly ``scale`` fraction digits iff the value needs no rescaling
+                if col.scale:
+                    ok = f"(t := format({v}, 'f'))[-{col.scale + 1}:-{col.scale}] == '.'"
+                else:
+                    ok = f"(t := format({v}, 'f'))[-1:].isdigit() and '.' not in t"
+                expr = f"Q + t + Q if type({v}) is Decimal and {ok} else F{i}({v})"
+            elif t == "DATE" and q:
+                expr = f"Q + {v}.isoformat() + Q if type({v}) is date else F{i}({v})"
+            elif t in ("DATETIME", "TIMESTAMP") and q and not col.fsp:
+                expr = (f"Q + {v}.isoformat(SEP) + Q if type({v}) is datetime and {v}.tzinfo is None "
+                        f"and not {v}.microsecond else F{i}({v})")
+            elif t in ("DATETIME", "TIMESTAMP") and q and col.fsp and 0 < col.fsp <= 6:
+                # a fraction is written with fsp digits; one finer than fsp goes to F (which raises)
+                ns[f"Z{i}"] = "." + "0" * col.fsp
+                expr = (f"Q + ({v}.isoformat(SEP)[:{20 + col.fsp}] if (u := {v}.microsecond) and not u % "
+                        f"{10 ** (6 - col.fsp)} else {v}.isoformat(SEP) + Z{i} if not u else F{i}({v})) + Q "
+                        f"if type({v}) is datetime and {v}.tzinfo is None else F{i}({v})")
+            elif t in BINARY_TYPES and q:
+                text = ("{v}.hex()" if o.binary_encoding_method == "hex"
+                        else "b2a_base64({v}, newline=False).decode()").format(v=v)
+                expr = f"Q + t + Q if type({v}) is bytes and Q not in (t := {text}) else F{i}({v})"
+            else:
+                expr = f"F{i}({v})"
+            ns[f"F{i}"] = self.columns[i][1]  # the careful field formatter (quotes, raises)
+            fields.append(f"{{NULL if ({v} := row[K{i}]) is None else {expr}}}")
+        ts = "{ev.commit_ts}{D}" if o.include_commit_ts else ""
+        source = (
+            "def lines(events):\n"
+            "    out = []\n"
+            "    append = out.append\n"
+            "    for ev in events:\n"
+            "        row = ev.row\n"
+            "        if type(ev) is not RowChange or ev.table is not TABLE or row is None or ev.kind not in PREFIX:\n"
+            "            return None\n"
+            "        append(f\"{PREFIX[ev.kind]}{D}" + ts + "{D}".join(fields) + "{END}\")\n"
+            "    return out\n"
+        )
+        exec(compile(source, "<cdcflow.csv line writer>", "exec"), ns)
+        lines = ns["lines"]
+
+        def checked(events):
+            try:
+                return lines(events)
+            except (_ValueProblem, KeyError):
+                return None
+        return checked
 
     def _compile_column_texts(self) -> Callable[[dict], list]:
         """Compile ``row -> [field text per column]`` once per table: one list display with the
@@ -332,6 +413,10 @@ def encode_rows(events: Iterable[RowChange], table: TableSchema, options: CsvOpt
     lines = []
     if options.output_field_header if header is None else header:
         lines.append(header_line(table, options))
+    fast = w.lines(events) if w.lines is not None and isinstance(events, (list, tuple)) else None
+    if fast is not None:
+        lines += fast
+        events = ()
     for ev in events:
         if type(ev) is not RowChange:
             raise UnsupportedEvent(CODEC, None, f"CSV data files hold rows only, not {type(ev).__name__}")
@@ -374,6 +459,7 @@ class CsvDecoder:
         # Columns whose text could equal the NULL text: only there quoting decides NULL vs value.
         self._null_ambiguous = tuple(i for i, c in enumerate(table.columns) if c.type not in _UNQUOTED_TYPES)
         self._fast = (len(o.delimiter) == 1 and len(o.quote) == 1 and o.terminator in ("\r\n", "\n"))
+        self._column_plan = tuple(_column_converter(c, o) for c in table.columns)
 
     # -- positions
     def _where(self, line: int, column: int | None = None, name: str | None = None) -> str:
@@ -388,8 +474,91 @@ class CsvDecoder:
         except UnicodeDecodeError as e:
             line = start_line + data.count(b"\n", 0, e.start)
             raise MalformedMessage(CODEC, self._where(line), f"not UTF-8 at byte {e.start}") from None
-        records = self._records_fast(text, start_line) if self._fast else self._records_exact(text, start_line)
-        return self._events(records, start_line)
+        columns = self._column_wise(text, start_line) if self._fast else None
+        if columns is not None:
+            return columns.events()
+        return self._events(self._records(text, start_line), start_line)
+
+    def decode_columns(self, data: bytes, start_line: int = 1) -> "CsvColumns | list[RowChange]":
+        """Like ``decode``, but a file's plain rows come back column-wise (``CsvColumns``), from
+        which ``records`` makes OpenCDC records without per-row event objects. Rows the
+        column-wise reader does not take (is-update pairs, a quoted NULL text) come back as the
+        ``RowChange`` list ``decode`` returns; malformed data raises as there."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return self.decode(data, start_line)
+        columns = self._column_wise(text, start_line) if self._fast else None
+        if columns is not None:
+            return columns
+        return self._events(self._records(text, start_line), start_line)
+
+    def _records(self, text: str, start_line: int):
+        return self._records_fast(text, start_line) if self._fast else self._records_exact(text, start_line)
+
+    # -- the column-wise path: the C reader over the whole text, then one C-level pass per column
+    def _column_wise(self, text: str, start_line: int) -> "CsvColumns | None":
+        """The rows column-wise, or None when this path does not apply or the data is not
+        well-formed (the row-wise path then reads it, or reports the line and column).
+
+        Rows are taken ``_COLUMN_CHUNK`` at a time: a chunk's field strings stay in the CPU
+        cache while each column of it is converted (a whole file column by column strides
+        through memory and runs at half the speed)."""
+        o = self.options
+        if o.output_old_value:
+            return None  # is-update D+I pairs fold into one UPDATE: row-wise
+        q, null = o.quote, o.null
+        if (q + null.replace(q, q + q) + q) in text:
+            return None  # a quoted field equal to the NULL text is a value: only the raw text tells
+        table = self.table
+        plan = self._column_plan
+        meta = o.meta_count
+        width = meta + len(plan)
+        reader = _stdcsv.reader(io.StringIO(text, newline=""), delimiter=o.delimiter, quotechar=q,
+                                doublequote=True, strict=True, skipinitialspace=False,
+                                quoting=_stdcsv.QUOTE_MINIMAL)
+        values: list[list] = [[] for _ in plan]
+        ops: list[str] = []
+        commit_ts: list[int] | None = [] if o.include_commit_ts else None
+        header = o.output_field_header and start_line == 1
+        try:
+            while rows := list(_islice(reader, _COLUMN_CHUNK)):
+                if header:
+                    header = False
+                    want = header_line(table, o)[: -len(o.terminator)].split(o.delimiter)
+                    if rows[0] != want and not (o.output_handle_key
+                                                and rows[0] == [w for w in want if w != HEADER_HANDLE_KEY]):
+                        return None
+                    del rows[0]
+                    if not rows:
+                        continue
+                n = len(rows)
+                widths = set(map(len, rows))
+                if widths != {width}:
+                    if not (o.output_handle_key and widths == {meta + len(plan) - 1} and not ops):
+                        return None
+                    meta -= 1  # TiCDC v8 writes no handle-key column
+                    width -= 1
+                cols = list(zip(*rows))
+                if cols[1].count(table.table) != n or cols[2].count(table.schema) != n:
+                    return None
+                ops += cols[0]
+                if commit_ts is not None:
+                    commit_ts += map(int, cols[3])
+                for out, convert, col in zip(values, plan, cols[meta:]):
+                    out += convert(col, null)
+        except (_stdcsv.Error, ValueError, ArithmeticError, TypeError):
+            return None
+        n = len(ops)
+        if ops.count("I") == n:
+            operations = None
+        elif set(ops) <= _OP_LETTERS.keys():
+            operations = list(map(_OP_LETTERS.__getitem__, ops))
+        else:
+            return None
+        if commit_ts and min(commit_ts) < 0:
+            return None
+        return CsvColumns(table, operations, commit_ts, values)
 
     # -- tokenizing: yields (line, fields) with None for NULL
     def _records_fast(self, text: str, start_line: int):
@@ -583,6 +752,102 @@ class CsvDecoder:
                                        f"{self.table.collection}.{name}: cannot read {str(v)[:80]!r} "
                                        f"as {col.type}: {e}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+_COLUMN_CHUNK = 256
+_OP_LETTERS = {"I": Operation.CREATE, "U": Operation.UPDATE, "D": Operation.DELETE}
+_OPERATION_KIND = {Operation.CREATE: INSERT, Operation.UPDATE: UPDATE, Operation.DELETE: DELETE}
+# Whole-column shape checks (ASCII digits only); the C ``fromisoformat`` then does the rest. A
+# field with a line break inside passes the check but not ``fromisoformat``.
+_DATE_COLUMN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:\n[0-9]{4}-[0-9]{2}-[0-9]{2})*")
+_DATETIME_ONE = r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"
+_DATETIME_COLUMN = re.compile(f"{_DATETIME_ONE}(?:\n{_DATETIME_ONE})*")
+
+
+def _column_converter(col: Column, options: CsvOptions) -> Callable[[tuple, str], Any]:
+    """``(field texts of one column, NULL text) -> values`` for the column-wise decoder: a C
+    ``map`` over the column (after a whole-column shape check where the C parser is laxer than
+    TiCDC's form), else the careful per-value parser. Raises ValueError (or ArithmeticError)
+    on a bad value; which row and column is left to the row-wise path."""
+    careful = _parser(col, options)
+    if careful is None:  # text columns: the field is the value
+        def texts(col: tuple, null: str):
+            return col if null not in col else [None if v == null else v for v in col]
+        return texts
+    shape = None
+    if careful is parse_date:
+        shape, fast = _DATE_COLUMN.fullmatch, _dt.date.fromisoformat
+    elif careful is parse_datetime:
+        shape, fast = _DATETIME_COLUMN.fullmatch, _dt.datetime.fromisoformat
+    elif careful is _from_base64:
+        shape, fast = None, _canonical_base64
+    else:
+        fast = careful  # int, float, Decimal: C already
+
+    def convert(col: tuple, null: str):
+        if null in col:
+            return [None if v == null else careful(v) for v in col]
+        if shape is not None and shape("\n".join(col)) is None:
+            return list(map(careful, col))
+        return fast(col) if fast is _canonical_base64 else list(map(fast, col))
+    return convert
+
+
+def _canonical_base64(col: tuple) -> list[bytes]:
+    """Decode a column of base64 texts at C speed; a text that is not the canonical encoding of
+    what it decodes to (so maybe not strict base64) is decoded by the strict parser instead."""
+    values = list(map(binascii.a2b_base64, col))
+    if b"".join(map(binascii.b2a_base64, values)) == ("\n".join(col) + "\n").encode():
+        return values
+    return list(map(_from_base64, col))
+
+
+class CsvColumns:
+    """One CSV file's rows of one table, column-wise: converted values per table column, the
+    operation per row (None: all inserts) and commit ts per row (None: the file has none).
+    The storage source slices it into record batches (``records``)."""
+
+    __slots__ = ("table", "operations", "commit_ts", "columns", "count")
+
+    def __init__(self, table: TableSchema, operations: list | None, commit_ts: list[int] | None,
+                 columns: list):
+        self.table = table
+        self.operations = operations
+        self.commit_ts = commit_ts
+        self.columns = columns
+        self.count = len(columns[0]) if columns else 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def truncate(self, end: int) -> None:
+        """Keep rows ``[0, end)`` only."""
+        self.count = min(self.count, end)
+
+    def commit_ts_at(self, k: int) -> int:
+        return 0 if self.commit_ts is None else self.commit_ts[k]
+
+    def records(self, positions: Iterable[bytes], store=None, start: int = 0, end: int | None = None) -> list[Record]:
+        """Rows ``[start, end)`` as OpenCDC records (``events.rows_to_records``): what
+        ``to_records(self.events()[start:end], positions, store)`` returns, without the events."""
+        end = self.count if end is None else min(end, self.count)
+        whole = start == 0 and end == len(self.columns[0]) if self.columns else True
+        cols = self.columns if whole else [c[start:end] for c in self.columns]
+        ops = self.operations if self.operations is None or whole else self.operations[start:end]
+        ts = self.commit_ts if self.commit_ts is None or whole else self.commit_ts[start:end]
+        return rows_to_records(self.table, store, positions, ops, ts, cols)
+
+    def events(self) -> list[RowChange]:
+        """The rows as ``RowChange`` (what ``CsvDecoder.decode`` returns)."""
+        n = self.count
+        cols = self.columns if not self.columns or n == len(self.columns[0]) else [c[:n] for c in self.columns]
+        rows = rows_to_dicts(self.table, cols)
+        table = self.table
+        ts = self.commit_ts or [0] * n
+        if self.operations is None:
+            return [RowChange(table, INSERT, t, r) for t, r in zip(ts, rows)]
+        kinds = map(_OPERATION_KIND.__getitem__, self.operations)
+        return [RowChange(table, k, t, r) for k, t, r in zip(kinds, ts, rows)]
 
 
 def _row_converter(columns: tuple[tuple[str, Callable[[str], Any]], ...]) -> Callable[[list, int], dict]:

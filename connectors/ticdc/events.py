@@ -8,7 +8,9 @@ mapping functions are implemented in this module.)
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat as _repeat
 
 from cdcflow.tidb import TableSchema
 
@@ -190,6 +192,76 @@ def _record_builder(table: TableSchema, store):
         _BUILDERS.clear()
     _BUILDERS[cache_key] = (table, store, build)
     return build
+
+
+def rows_to_records(table: TableSchema, store, positions: Iterable[bytes], operations: Iterable[Operation] | None,
+                    commit_ts: Iterable[int] | None, columns: Sequence[Sequence]) -> list[Record]:
+    """Column-wise rows of one table -> records, mapped exactly as ``to_records`` maps their
+    ``RowChange`` (same metadata, key and before/after), without making the RowChanges.
+
+    ``columns`` holds one value sequence per table column (table order, equal lengths);
+    ``operations`` is None when every row is an insert (CREATE), else CREATE/UPDATE/DELETE per
+    row (an UPDATE has no old image here); ``commit_ts`` None means 0 for every row. For
+    decoders that read a whole table's rows at once (CSV files): one generated comprehension
+    per (table, store) replaces the per-row builder call, event object and key lookups."""
+    all_created, mixed = _columns_builder(table, store)
+    ts = _repeat(0) if commit_ts is None else commit_ts
+    if operations is None:
+        return all_created(positions, ts, columns)
+    return mixed(positions, operations, ts, columns)
+
+
+def rows_to_dicts(table: TableSchema, columns: Sequence[Sequence]) -> list[dict]:
+    """Column-wise rows of one table -> one row dict per row (the ``RowChange.row`` form)."""
+    return _columns_builder(table, None, dicts_only=True)(columns)
+
+
+_COLUMN_BUILDERS: dict[tuple[int, int, bool], tuple] = {}
+
+
+def _columns_builder(table: TableSchema, store, dicts_only: bool = False):
+    cache_key = (id(table), id(store), dicts_only)
+    hit = _COLUMN_BUILDERS.get(cache_key)
+    if hit is not None and hit[0] is table and hit[1] is store:
+        return hit[2]
+    names = [c.name for c in table.columns]
+    values = [f"v{i}" for i in range(len(names))]
+    targets = "".join(v + ", " for v in values)
+    row = "{" + ", ".join(f"{n!r}: {v}" for n, v in zip(names, values)) + "}"
+    namespace: dict = {"Record": Record, "CREATE": Operation.CREATE, "DELETE": Operation.DELETE, "zip": zip}
+    if dicts_only:
+        source = f"def build(columns):\n    return [{row} for {targets} in zip(*columns)]\n"
+        exec(compile(source, f"<cdcflow.ticdc row dicts {table.collection}>", "exec"), namespace)
+        built = namespace["build"]
+    else:
+        template, key_names = _row_template(table, store)
+        items = []
+        for i, (k, v) in enumerate(template.items()):
+            if k == META_CREATED_AT:
+                items.append(f"{k!r}: str((ts >> 18) * 1000000)")
+            elif k == META_COMMIT_TS:
+                items.append(f"{k!r}: str(ts)")
+            else:
+                namespace[f"m{i}"] = v
+                items.append(f"{k!r}: m{i}")
+        md = "{" + ", ".join(items) + "}"
+        by_name = dict(zip(names, values))
+        key = "{" + ", ".join(f"{n!r}: {by_name[n]}" for n in key_names) + "}" if key_names else "None"
+        source = (
+            "def all_created(positions, commit_ts, columns):\n"
+            f"    return [Record(p, CREATE, {md}, {key}, None, {row})\n"
+            f"            for p, ts, {targets} in zip(positions, commit_ts, *columns)]\n"
+            "def mixed(positions, operations, commit_ts, columns):\n"
+            f"    return [Record(p, op, {md}, {key}, r if op is DELETE else None, None if op is DELETE else r)\n"
+            f"            for p, op, ts, {targets} in zip(positions, operations, commit_ts, *columns)\n"
+            f"            for r in [{row}]]\n"
+        )
+        exec(compile(source, f"<cdcflow.ticdc column record builder {table.collection}>", "exec"), namespace)
+        built = (namespace["all_created"], namespace["mixed"])
+    if len(_COLUMN_BUILDERS) > 1024:
+        _COLUMN_BUILDERS.clear()
+    _COLUMN_BUILDERS[cache_key] = (table, store, built)
+    return built
 
 
 def _row_record(ev: RowChange, position: bytes, store) -> Record:
