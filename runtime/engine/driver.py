@@ -5,7 +5,8 @@ Each micro-batch is one Spark job with one Spark partition per source partition
 tasks persist positions themselves, so the driver holds no state that a crash
 could lose. Partitions whose bounded source ended drop out; a pipeline that
 stopped or failed drops out with its reason. The loop ends when nothing is
-live, when ``until_idle`` sees a micro-batch that read nothing anywhere, or when
+live, when ``until_idle`` sees a micro-batch whose every task ended idle (its
+partition gave nothing for the idle timeout) or at its source's end, or when
 ``request_stop`` was called (SIGINT/SIGTERM): the in-flight micro-batch finishes
 its current batches, checkpoints, and the run returns normally.
 """
@@ -86,10 +87,12 @@ class Driver:
                 self.display.update(result.totals)
                 if not live:
                     break
+                if self.until_idle and all(s.idle or s.ended for s in stats):
+                    # every task ended its slice by waiting idle-timeout for a record in vain (or
+                    # its source ended): another micro-batch would only wait the same again
+                    log.info("every live partition is idle: stopping (--until-idle)")
+                    break
                 if all(s.read == 0 and (s.idle or s.ended) for s in stats):
-                    if self.until_idle:
-                        log.info("every live partition is idle: stopping (--until-idle)")
-                        break
                     self._stop.wait(self.trigger_interval)
         finally:
             self.display.close()

@@ -149,7 +149,7 @@ def run_files(
                 port = metrics.serve(metrics_port)
                 log.info("Prometheus metrics on http://0.0.0.0:%d/metrics", port)
             driver = Driver(
-                session.spark.sparkContext,
+                session.context,
                 ctx,
                 tasks,
                 until_idle=until_idle,
@@ -160,11 +160,11 @@ def run_files(
             if on_driver is not None:
                 on_driver(driver)
             loop = driver.run()
-            _teardown_executors(session.spark.sparkContext)
+            _teardown_executors(session.context)
         finally:
             metrics.close()
             if session.owned:
-                session.spark.stop()
+                session.stop()
     outcome.totals = loop.totals
     outcome.failures = loop.failures
     outcome.interrupted = loop.interrupted

@@ -33,8 +33,8 @@ def spark(tmp_path_factory, test_plugins):
 
     state = StateDir(tmp_path_factory.mktemp("spark-session")).create()
     info = start_session("local[2]", {}, state)
-    yield info.spark
-    info.spark.stop()
+    yield info.context
+    info.stop()
 
 
 def write_pipeline(path: Path, text: str) -> Path:
