@@ -282,3 +282,84 @@ def enum_name(index: int, elements: tuple[str, ...]) -> str:
     if not 0 < index <= len(elements):
         raise ValueError(f"ENUM index {index} out of range 1..{len(elements)}")
     return elements[index - 1]
+
+
+# ---------------------------------------------------------------------------
+# Inline forms of the formatters, for codecs that generate one function per table
+# (one C call per value instead of a Python call plus checks). Each expression gives
+# exactly the formatter's text for the common case and evaluates ``slow`` (a call of
+# the formatter, which then formats or raises) for every other value.
+# ---------------------------------------------------------------------------
+
+DATE_MEMO_SIZE = 4096
+"""Distinct DATE texts a generated parser remembers per column (dates repeat; ``date`` is immutable)."""
+
+
+def remember(memo: dict, text: str, value: Any) -> Any:
+    """Store ``value`` under ``text`` while the memo has room; return ``value``."""
+    if len(memo) < DATE_MEMO_SIZE:
+        memo[text] = value
+    return value
+
+
+INLINE_NAMES = {"Decimal": _DECIMAL, "datetime": _DATETIME, "date": _DATE, "remember": remember}
+"""Names the inline expressions use; put them in the generated code's namespace."""
+
+
+def inline_text_expr(col: Column, v: str, slow: str) -> str | None:
+    """Python expression for ``col``'s text form of the value in variable ``v`` (``format_decimal``
+    with the column's scale, ``format_datetime`` with its fsp, ``format_date``, ``format_float``),
+    or None when the type has no inline form. Uses the variable ``x`` as scratch."""
+    t = col.type
+    if t == "DECIMAL":
+        s = col.scale
+        if s is None:
+            return None
+        # str(d) has exactly s fractional digits and no exponent iff d's exponent is -s, and
+        # then it equals format(d, "f"); NaN/Infinity never pass
+        if s == 0:
+            ok = f"(x := str({v})).isdigit() or (x[0] == '-' and x[1:].isdigit())"
+        else:
+            ok = f"(x := str({v}))[{-s - 1}:{-s}] == '.' and 'E' not in x"
+        return f"(x if type({v}) is Decimal and ({ok}) else {slow})"
+    if t in ("DATETIME", "TIMESTAMP"):
+        fsp = col.fsp
+        guard = f"type({v}) is datetime and {v}.tzinfo is None"
+        if fsp is None:
+            return f"({v}.isoformat(' ') if {guard} else {slow})"
+        if fsp == 0:
+            return f"({v}.isoformat(' ') if {guard} and not {v}.microsecond else {slow})"
+        if fsp == 3:
+            return f"({v}.isoformat(' ', 'milliseconds') if {guard} and not {v}.microsecond % 1000 else {slow})"
+        if fsp == 6:
+            return f"({v}.isoformat(' ', 'microseconds') if {guard} else {slow})"
+        if 0 < fsp < 6:
+            return (f"({v}.isoformat(' ', 'microseconds')[:{20 + fsp}] if {guard} "
+                    f"and not {v}.microsecond % {10 ** (6 - fsp)} else {slow})")
+        return None
+    if t == "DATE":
+        return f"({v}.isoformat() if type({v}) is date else {slow})"
+    if t in FLOAT_TYPES:
+        # repr without exponent or nan/inf is the text once a trailing ".0" is dropped
+        return (f"({slow} if type({v}) is not float or 'e' in (x := repr({v})) or 'n' in x "
+                f"else x[:-2] if x.endswith('.0') else x)")
+    return None
+
+
+def inline_parse_expr(type_name: str, v: str, bad: str, memo: str | None = None) -> str | None:
+    """Python expression parsing the text in variable ``v`` as ``parse_date`` / ``parse_datetime``
+    do (same checks, same result), evaluating ``bad`` when ``v`` is not a str of that shape, or
+    None for other types. Uses the variable ``n`` as scratch; names from ``INLINE_NAMES``. With
+    ``memo`` (the name of a dict in the generated code's namespace) a DATE is looked up by its
+    text first and remembered after parsing (only values that parsed are stored)."""
+    if type_name == "DATE":
+        parse = (f"(date.fromisoformat({v}) if type({v}) is str and len({v}) == 10 and {v}[4] == '-' "
+                 f"and {v}[7] == '-' and {v}[:4].isdigit() else {bad})")
+        if memo is None:
+            return parse
+        return f"(x if (x := {memo}.get({v})) is not None else remember({memo}, {v}, {parse}))"
+    if type_name in ("DATETIME", "TIMESTAMP"):
+        return (f"(datetime.fromisoformat({v}) if type({v}) is str and ((n := len({v})) == 19 or 21 <= n <= 26) "
+                f"and {v}[10] == ' ' and {v}[4] == '-' and {v}[7] == '-' and {v}[13] == ':' and {v}[16] == ':' "
+                f"and (n == 19 or ({v}[19] == '.' and {v}[20:].isdigit())) else {bad})")
+    return None

@@ -46,6 +46,7 @@ from cdcflow.connectors.ticdc.events import (
 from cdcflow.params import option_bool
 from cdcflow.tidb import (
     BINARY_TYPES,
+    INLINE_NAMES,
     INTEGER_TYPES,
     TEXT_TYPES,
     TIME_MAX_US,
@@ -58,6 +59,8 @@ from cdcflow.tidb import (
     format_float,
     format_go_float,
     format_time,
+    inline_parse_expr,
+    inline_text_expr,
     parse_date,
     parse_datetime,
 )
@@ -419,45 +422,119 @@ def _fail(why: str):
     raise _ValueProblem(why)
 
 
-def _compile_texts(table: TableSchema, columns) -> Callable[[dict], dict]:
-    """Generate ``row -> {column: canal-json text}`` for a row holding every column of the table:
-    one dict display, the common types formatted inline, the others through their formatter.
-    Raises ``_ValueProblem``/``KeyError``; the caller then takes the slow path that names the column."""
-    namespace: dict[str, Any] = {"_fail": _fail}
+def _text_expr(col: Column, conv: Callable[[Any], str], v: str, ns: dict[str, Any], i: int) -> str:
+    """Python expression turning the native value in variable ``v`` into ``col``'s canal-json
+    text. The common types are formatted inline with C calls (``str``, ``format``, ``isoformat``)
+    guarded by checks that make the result exactly what ``value_formatter(col)`` returns; anything
+    else (and every value failing a guard) goes to that formatter, which raises the precise error."""
+    t = col.type
+    ns[f"c{i}"] = conv
+    slow = f"c{i}({v})"
+    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
+        return f"(str({v}) if type({v}) is int else _fail('needs an int'))"
+    if conv is _str_text:
+        return f"({v} if type({v}) is str else _fail('needs a str'))"
+    if conv is _binary_text:
+        return f"({v}.decode('latin-1') if type({v}) is bytes else _fail('binary column needs bytes'))"
+    inline = inline_text_expr(col, v, slow)
+    if inline is not None:
+        return inline
+    if t == "ENUM" and col.elements:
+        ns[f"e{i}"] = {name: str(k + 1) for k, name in enumerate(col.elements)}
+        return f"(x if type({v}) is str and (x := e{i}.get({v})) is not None else {slow})"
+    return slow
+
+
+# Whether orjson's output needs ``_dumps``'s rewrite, in two C calls: deleting the bytes that start
+# what Go escapes and orjson does not (<, >, &, and \xe2 of U+2028/9) changes the length, or a
+# ``\b``/``\f`` escape is present. False positives only cost the exact rewrite.
+_GO_DIFFERS = b"<>&\xe2"
+_SHORT_ESCAPE_SEARCH = re.compile(rb"\\[bf]").search
+
+
+def _texts_display(table: TableSchema, columns, namespace: dict[str, Any]) -> str:
+    """The dict display ``{column: text, ...}`` of a full row in variable ``row`` (see ``_text_expr``)."""
     items = []
     for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
-        t = col.type
         v = f"v{i}"
-        if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
-            expr = f"(str({v}) if type({v}) is int else _fail('needs an int'))"
-        elif conv is _str_text:
-            expr = f"({v} if type({v}) is str else _fail('needs a str'))"
-        elif conv is _binary_text:
-            expr = f"({v}.decode('latin-1') if type({v}) is bytes else _fail('binary column needs bytes'))"
-        elif t == "DECIMAL":
-            namespace[f"c{i}"], namespace[f"s{i}"] = format_decimal, col.scale
-            expr = f"c{i}({v}, s{i})"
-        elif t in ("DATETIME", "TIMESTAMP", "TIME"):
-            namespace[f"c{i}"] = format_datetime if t != "TIME" else format_time
-            namespace[f"s{i}"] = col.fsp
-            expr = f"c{i}({v}, s{i})"
-        else:
-            namespace[f"c{i}"] = conv
-            expr = f"c{i}({v})"
-        items.append(f"{name!r}: None if ({v} := row[{name!r}]) is None else {expr}")
-    source = "def texts(row):\n    return {" + ", ".join(items) + "}\n"
+        items.append(f"{name!r}: None if ({v} := row[{name!r}]) is None else "
+                     f"{_text_expr(col, conv, v, namespace, i)}")
+    return "{" + ", ".join(items) + "}"
+
+
+def _compile_message(plan: "_EncodePlan", table: TableSchema,
+                     changed_only: bool) -> Callable[[RowChange, int], bytes | None]:
+    """Generate ``(event, now) -> message bytes`` for one table and the encoder's options: the row
+    texts as one dict display (the common types formatted inline), one ``orjson`` call per row
+    image, one ``%`` into the per-kind template. Returns None whenever the general path must
+    decide (partial images, extra, sqlType promotion, a value that does not fit: the general path
+    then writes the message or raises the error naming the column)."""
+    ns: dict[str, Any] = {"_fail": _fail, "dumps": orjson.dumps, "go_dumps": _dumps, "GO": _GO_DIFFERS,
+                          "short_escape": _SHORT_ESCAPE_SEARCH, "texts": plan.texts,
+                          "T_INSERT": plan.templates[INSERT], "T_UPDATE": plan.templates[UPDATE],
+                          "T_DELETE": plan.templates[DELETE], **INLINE_NAMES}
+    display = _texts_display(table, plan.columns, ns)
+    n = len(plan.columns)
+    promote = "".join(f"    if type(x := row.get({name!r})) is int and x > {limit}:\n        return None\n"
+                      for name, limit, _ in plan.promote)
+    changed = "            o = {k: v for k, v in o.items() if data[k] != v}\n" if changed_only else ""
+    slots = "(ts >> 18, now, old_part, data_part" + (", ts)" if plan.commit_ts_slot else ")")
+    source = (
+        "def message(ev, now):\n"
+        "    row = ev.row\n"
+        f"    if type(row) is not dict or len(row) != {n} or ev.extra:\n        return None\n"
+        "    ts = ev.commit_ts\n"
+        "    if type(ts) is not int or type(now) is not int:\n        return None\n"
+        "    kind = ev.kind\n"
+        f"    if kind == {INSERT!r}:\n        template = T_INSERT\n"
+        f"    elif kind == {UPDATE!r}:\n        template = T_UPDATE\n"
+        f"    elif kind == {DELETE!r}:\n        template = T_DELETE\n"
+        "    else:\n        return None\n"
+        + promote +
+        "    try:\n"
+        f"        data = {display}\n"
+        "        old_part = b'null'\n"
+        f"        if kind == {UPDATE!r} and (old := ev.old) is not None:\n"
+        f"            if type(old) is not dict or len(old) != {n}:\n                return None\n"
+        "            o = texts(old)\n"
+        + changed +
+        "            old_part = dumps(o)\n"
+        "            if len(old_part.translate(None, GO)) != len(old_part) or short_escape(old_part):\n"
+        "                old_part = go_dumps(o)\n"
+        "            old_part = b'[' + old_part + b']'\n"
+        "        data_part = dumps(data)\n"
+        "        if len(data_part.translate(None, GO)) != len(data_part) or short_escape(data_part):\n"
+        "            data_part = go_dumps(data)\n"
+        "    except Exception:\n        return None\n"
+        f"    return template % {slots}\n")
+    exec(compile(source, f"<cdcflow.canal-json message {table.collection}>", "exec"), ns)
+    return ns["message"]
+
+
+def _compile_texts(table: TableSchema, columns) -> Callable[[dict], dict]:
+    """Generate ``row -> {column: canal-json text}`` for a row holding every column of the table:
+    one dict display, the common types formatted inline (see ``_text_expr``). Raises
+    ``_ValueProblem``/``KeyError`` (or whatever a bad value raises); the caller then takes the
+    general path, which names the column."""
+    namespace: dict[str, Any] = {"_fail": _fail, **INLINE_NAMES}
+    source = "def texts(row):\n    return " + _texts_display(table, columns, namespace) + "\n"
     exec(compile(source, f"<cdcflow.canal-json texts {table.collection}>", "exec"), namespace)
     return namespace["texts"]
 
 
+def _percent_safe(fragment: bytes) -> bytes:
+    return fragment.replace(b"%", b"%%")
+
+
 class _EncodePlan:
-    """Per-table state for encoding: column converters, mysqlType and sqlType objects, and the
-    message's constant JSON fragments (escaped once) for the fast path of full rows."""
+    """Per-table state for encoding: column converters, mysqlType and sqlType objects, and for
+    the fast path of full rows the whole message as one ``%`` template per row kind (constant
+    JSON escaped once; slots for es, ts, old, data and the commit ts)."""
 
-    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names", "texts", "head", "type_parts",
-                 "types_part")
+    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names", "texts", "templates", "commit_ts_slot",
+                 "message")
 
-    def __init__(self, table: TableSchema, full_types: bool):
+    def __init__(self, table: TableSchema, full_types: bool, tidb_extension: bool, changed_only: bool):
         self.table = table
         self.columns = tuple((c.name, value_formatter(c)) for c in table.columns)
         self.mysql = {c.name: mysql_type(c, full_types) for c in table.columns}
@@ -468,11 +545,15 @@ class _EncodePlan:
         self.pk_names = names or None
         self.texts = _compile_texts(table, self.columns)
         # {"id":0,"database":..,"table":..,"pkNames":..,"isDdl":false   (no closing brace)
-        self.head = _dumps({"id": 0, "database": table.schema, "table": table.table,
-                            "pkNames": self.pk_names, "isDdl": False})[:-1]
-        self.type_parts = {kind: b',"type":"' + typ.encode() + b'","es":' for kind, typ in _KIND_TYPE.items()}
-        self.types_part = (b',"sql":"","sqlType":' + _dumps(self.sql) + b',"mysqlType":' + _dumps(self.mysql)
-                           + b',"old":')
+        head = _percent_safe(_dumps({"id": 0, "database": table.schema, "table": table.table,
+                                     "pkNames": self.pk_names, "isDdl": False})[:-1])
+        types = _percent_safe(b',"sql":"","sqlType":' + _dumps(self.sql) + b',"mysqlType":' + _dumps(self.mysql))
+        self.commit_ts_slot = tidb_extension
+        tail = b',"_tidb":{"commitTs":%d}}' if tidb_extension else b"}"
+        self.templates = {kind: b"".join((head, b',"type":"', typ.encode(), b'","es":%d,"ts":%d', types,
+                                          b',"old":%b,"data":[%b]', tail))
+                          for kind, typ in _KIND_TYPE.items()}
+        self.message = _compile_message(self, table, changed_only)
 
 
 class CanalJsonEncoder:
@@ -498,8 +579,17 @@ class CanalJsonEncoder:
     def encode_many(self, events: Iterable[Event]) -> list[bytes]:
         now = self._now_ms()
         out = []
+        append = out.append
+        last_table = message = None
         for ev in events:
-            out.append(self._encode_row(ev, now) if type(ev) is RowChange else self.encode(ev))
+            if type(ev) is not RowChange:
+                append(self.encode(ev))
+                continue
+            if ev.table is not last_table:
+                last_table = ev.table
+                message = self._plan(last_table).message
+            msg = message(ev, now)
+            append(msg if msg is not None else self._encode_row(ev, now, fast=False))
         return out
 
     # -- DML
@@ -508,14 +598,17 @@ class CanalJsonEncoder:
         if plan is None or plan.table is not table:
             if len(self._plans) > 1024:
                 self._plans.clear()
-            plan = self._plans[id(table)] = _EncodePlan(table, self.options.content_compatible)
+            plan = self._plans[id(table)] = _EncodePlan(
+                table, self.options.content_compatible, self.options.enable_tidb_extension,
+                self.options.old_changed_only)
         return plan
 
-    def _encode_row(self, ev: RowChange, now: int) -> bytes:
+    def _encode_row(self, ev: RowChange, now: int, fast: bool = True) -> bytes:
         plan = self._plan(ev.table)
-        fast = self._encode_row_fast(plan, ev, now)
-        if fast is not None:
-            return fast
+        if fast:
+            msg = plan.message(ev, now)
+            if msg is not None:
+                return msg
         kind_type = _KIND_TYPE.get(ev.kind)
         if kind_type is None:
             raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {ev.kind!r}")
@@ -551,40 +644,6 @@ class CanalJsonEncoder:
             return _dumps(msg)
         except orjson.JSONEncodeError as e:
             raise UnrepresentableValue(CODEC, ev.table.collection, "?", None, f"cannot write JSON: {e}") from None
-
-    def _encode_row_fast(self, plan: _EncodePlan, ev: RowChange, now: int) -> bytes | None:
-        """The message as bytes from precomputed fragments plus one ``orjson`` call per row image,
-        or None when the row needs the general path (partial images, extra, sqlType promotion,
-        a value that does not fit: the general path then raises the error naming the column)."""
-        row = ev.row
-        ncols = len(plan.columns)
-        if row is None or len(row) != ncols or ev.extra or type(ev.commit_ts) is not int or type(now) is not int:
-            return None
-        kind = ev.kind
-        type_part = plan.type_parts.get(kind)
-        if type_part is None:
-            return None
-        for name, limit, _ in plan.promote:
-            v = row.get(name)
-            if type(v) is int and v > limit:
-                return None
-        try:
-            data = plan.texts(row)
-            old_part = b"null"
-            if kind == UPDATE and ev.old is not None:
-                if len(ev.old) != ncols:
-                    return None
-                old = plan.texts(ev.old)
-                if self.options.old_changed_only:
-                    old = {k: v for k, v in old.items() if data[k] != v}
-                old_part = b"[" + _dumps(old) + b"]"
-            data_part = _dumps(data)
-        except (_ValueProblem, KeyError, orjson.JSONEncodeError):
-            return None
-        ts = ev.commit_ts
-        tail = b',"_tidb":{"commitTs":%d}}' % ts if self.options.enable_tidb_extension else b"}"
-        return b"".join((plan.head, type_part, b"%d" % (ts >> 18), b',"ts":%d' % now, plan.types_part,
-                         old_part, b',"data":[', data_part, b"]", tail))
 
     def _tidb_dml(self, ev: RowChange) -> dict:
         ext: dict[str, Any] = {"commitTs": ev.commit_ts}
@@ -652,13 +711,63 @@ class CanalJsonEncoder:
 # --------------------------------------------------------------------------- decoder
 
 class _DecodePlan:
-    __slots__ = ("table", "mysql", "pk", "columns")
+    """Per (table, mysqlType, pkNames): the column model, a parser per column and a generated
+    converter for rows holding every column."""
+
+    __slots__ = ("table", "mysql", "pk", "columns", "convert")
 
     def __init__(self, table: TableSchema, mysql: dict, pk: list | None):
         self.table = table
         self.mysql = mysql
         self.pk = pk
         self.columns = tuple((c.name, value_parser(c)) for c in table.columns)
+        self.convert = _compile_values(table, self.columns)
+
+
+def _bad():
+    raise ValueError("value does not fit its column")
+
+
+def _parse_expr(col: Column, conv: Callable[[str], Any] | None, v: str, ns: dict[str, Any], i: int) -> str:
+    """Python expression giving ``conv(v)`` for the text in variable ``v`` (``v`` itself when
+    ``conv`` is None), inline for the common types; raises when ``v`` is not a str."""
+    t = col.type
+    if conv is None:
+        return f"({v} if type({v}) is str else _bad())"
+    if conv is int or conv is float or conv is decimal.Decimal:
+        ns[f"p{i}"] = conv
+        return f"(p{i}({v}) if type({v}) is str else _bad())"
+    if conv is _parse_binary:
+        return f"({v}.encode('latin-1') if type({v}) is str else _bad())"
+    if t == "DATE":
+        ns[f"m{i}"] = {}
+        return inline_parse_expr("DATE", v, "_bad()", memo=f"m{i}")
+    if t in ("DATETIME", "TIMESTAMP"):
+        return inline_parse_expr(t, v, "_bad()")
+    if t == "ENUM":
+        ns[f"e{i}"] = names = ("",) + col.elements
+        return f"(e{i}[x] if type({v}) is str and 0 <= (x := int({v})) < {len(names)} else _bad())"
+    ns[f"p{i}"] = conv
+    return f"(p{i}({v}) if type({v}) is str else _bad())"
+
+
+def _compile_values(table: TableSchema, columns) -> Callable[[dict], dict | None]:
+    """Generate ``row texts -> row`` for a row holding every column: one dict display with the
+    parsers inline; None on any surprise (missing column, bad text), so ``_values`` can raise
+    the error naming the column."""
+    namespace: dict[str, Any] = {"_bad": _bad, **INLINE_NAMES}
+    items = []
+    for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
+        v = f"v{i}"
+        items.append(f"{name!r}: None if ({v} := texts[{name!r}]) is None else "
+                     f"{_parse_expr(col, conv, v, namespace, i)}")
+    source = ("def convert(texts):\n"
+              f"    if len(texts) != {len(columns)}:\n        return None\n"
+              "    try:\n"
+              "        return {" + ", ".join(items) + "}\n"
+              "    except Exception:\n        return None\n")
+    exec(compile(source, f"<cdcflow.canal-json row converter {table.collection}>", "exec"), namespace)
+    return namespace["convert"]
 
 
 def _field(obj: dict, name: str, kind: type | tuple, nullable: bool = False) -> Any:
@@ -706,8 +815,13 @@ class CanalJsonDecoder:
         return out
 
     def _event(self, obj: dict) -> Event:
-        typ = _field(obj, "type", str)
-        is_ddl = _field(obj, "isDdl", bool)
+        # each field: the exact type in one check, else _field (which raises the precise error)
+        typ = obj.get("type")
+        if type(typ) is not str:
+            typ = _field(obj, "type", str)
+        is_ddl = obj.get("isDdl")
+        if type(is_ddl) is not bool:
+            is_ddl = _field(obj, "isDdl", bool)
         tidb = obj.get("_tidb")
         if tidb is not None and type(tidb) is not dict:
             raise MalformedMessage(CODEC, "_tidb", "field '_tidb' must be an object")
@@ -716,9 +830,16 @@ class CanalJsonDecoder:
             if type(ts) is not int:
                 raise MalformedMessage(CODEC, "_tidb.watermarkTs", "TIDB_WATERMARK without an integer watermarkTs")
             return ResolvedEvent(ts)
-        schema = _field(obj, "database", str)
-        table = _field(obj, "table", str)
-        commit_ts = self._commit_ts(obj, tidb)
+        schema = obj.get("database")
+        if type(schema) is not str:
+            schema = _field(obj, "database", str)
+        table = obj.get("table")
+        if type(table) is not str:
+            table = _field(obj, "table", str)
+        if tidb is not None and type(commit_ts := tidb.get("commitTs")) is int and commit_ts >= 0:
+            pass  # the _commit_ts rule's common case
+        else:
+            commit_ts = self._commit_ts(obj, tidb)
         if is_ddl:
             if typ not in DDL_TYPES:
                 raise MalformedMessage(CODEC, "type", f"unknown DDL type {typ!r}")
@@ -744,16 +865,24 @@ class CanalJsonDecoder:
         return es << 18
 
     def _row(self, obj: dict, schema: str, table: str, kind: str, commit_ts: int, tidb: dict | None) -> RowChange:
-        data = _field(obj, "data", list)
+        data = obj.get("data")
+        if type(data) is not list:
+            data = _field(obj, "data", list)
         if len(data) != 1 or type(data[0]) is not dict:
             raise MalformedMessage(CODEC, "data", f"data must hold exactly one row object, got {len(data)} items")
         row_text = data[0]
-        mysql = _field(obj, "mysqlType", dict)
-        pk = _field(obj, "pkNames", list, nullable=True)
+        mysql = obj.get("mysqlType")
+        if type(mysql) is not dict:
+            mysql = _field(obj, "mysqlType", dict)
+        pk = obj.get("pkNames")
+        if type(pk) is not list:
+            pk = _field(obj, "pkNames", list, nullable=True)
         plan = self._plans.get((schema, table))
         if plan is None or plan.mysql != mysql or plan.pk != pk:
             plan = self._new_plan(obj, schema, table, row_text, mysql, pk)
-        row = self._values(plan, row_text, "data[0]")
+        row = plan.convert(row_text)
+        if row is None:
+            row = self._values(plan, row_text, "data[0]")
         extra: dict[str, str] = {}
         only_key = False
         if tidb:
@@ -771,7 +900,9 @@ class CanalJsonDecoder:
             if type(old_list) is not list or len(old_list) != 1 or type(old_list[0]) is not dict:
                 raise MalformedMessage(CODEC, "old", "old must be null or hold exactly one row object")
             if kind == UPDATE:  # TiCDC writes old only for updates; elsewhere it carries nothing
-                old = self._values(plan, old_list[0], "old[0]")
+                old = plan.convert(old_list[0])
+                if old is None:
+                    old = self._values(plan, old_list[0], "old[0]")
                 if len(old) < len(row) and not only_key:
                     # only changed columns were written: the others equal the new image
                     old = {name: (old[name] if name in old else row[name]) for name in row}

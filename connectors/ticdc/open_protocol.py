@@ -17,13 +17,23 @@ import binascii
 import datetime as _dt
 import re
 import struct
+import threading
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import BINARY_TYPES, Column, TableSchema, parse_date, parse_datetime
+from cdcflow.tidb import (
+    BINARY_TYPES,
+    INLINE_NAMES,
+    Column,
+    TableSchema,
+    inline_parse_expr,
+    inline_text_expr,
+    parse_date,
+    parse_datetime,
+)
 from cdcflow.tidb import format_date as date_text
 from cdcflow.tidb import format_datetime as datetime_text
 from cdcflow.tidb import format_decimal as decimal_text
@@ -339,9 +349,10 @@ def _wire_to_native(code: int, flags: int, hint: Column | None) -> Callable[[Any
         names = ("",) + tuple(elements)
 
         def conv_enum(v):
-            if type(v) is not int:
-                raise ValueError("ENUM index is not an integer")
+            if type(v) is not int or not 0 <= v < len(names):
+                raise ValueError(f"ENUM index is not an integer in 0..{len(names) - 1}")
             return names[v]
+        conv_enum.names = names
         return conv_enum
     if code == 248:
         elements = hint.elements if hint is not None and hint.type == "SET" else ()
@@ -417,25 +428,46 @@ class _TableDecoding:
         self.convert = _compile_convert(self.specs)
 
 
+def _native_expr(code: int, flags: int, conv: Callable[[Any], Any], v: str, ns: dict[str, Any], i: int) -> str:
+    """Python expression converting the JSON value in variable ``v`` as ``conv`` (from
+    ``_wire_to_native``) does, inline for the common types; anything else calls ``conv``."""
+    if code in _INT_CODES:
+        lo, hi = _INT_RANGE[code][1 if flags & FLAG_UNSIGNED else 0]
+        return f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else _bad())"
+    if conv is _expect_str:
+        return f"({v} if type({v}) is str else _bad())"
+    if code == 5:
+        return f"({v} if type({v}) is float else float({v}) if type({v}) is int else _bad())"
+    if code == 246:
+        return f"(x if (x := Decimal({v})).is_finite() else _bad())"
+    if code == 10:
+        ns[f"m{i}"] = {}
+        return inline_parse_expr("DATE", v, "_bad()", memo=f"m{i}")
+    if code == 7 or code == 12:
+        return inline_parse_expr("DATETIME", v, "_bad()")
+    if conv is _b64_text:
+        return f"_a2b({v}, strict_mode=True).decode('utf-8')"
+    if conv is _b64_bytes:
+        return f"_a2b({v}, strict_mode=True)"
+    ns[f"f{i}"] = conv
+    if conv.__name__ == "conv_enum":  # element names by index, range-checked
+        ns[f"e{i}"] = conv.names
+        return f"(e{i}[{v}] if type({v}) is int and 0 <= {v} < {len(conv.names)} else _bad())"
+    return f"f{i}({v})"
+
+
 def _compile_convert(specs) -> Callable[[dict], dict | None]:
     """Generate ``image -> row`` for one column signature: type code and flags checked and the
-    value converted per column in one function body (integers and strings inline); None on any
-    surprise, so the checked path can say what is wrong."""
-    namespace: dict[str, Any] = {"_expect_str": _expect_str}
+    value converted per column in one function body (the common types inline, see
+    ``_native_expr``); None on any surprise, so the checked path can say what is wrong."""
+    namespace: dict[str, Any] = {"_expect_str": _expect_str, "Decimal": Decimal, "_a2b": binascii.a2b_base64,
+                                 **INLINE_NAMES}
     checks, items = [], []
     for i, (name, t, f, conv) in enumerate(specs):
         c, v = f"c{i}", f"v{i}"
         checks.append(f"{c} = image[{name!r}]")
         checks.append(f"if {c}['t'] != {t} or {c}['f'] != {f}: return None")
-        if t in _INT_CODES:
-            lo, hi = _INT_RANGE[t][1 if f & FLAG_UNSIGNED else 0]
-            expr = f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else _bad())"
-        elif conv is _expect_str:
-            expr = f"({v} if type({v}) is str else _bad())"
-        else:
-            namespace[f"f{i}"] = conv
-            expr = f"f{i}({v})"
-        items.append(f"{name!r}: None if ({v} := {c}['v']) is None else {expr}")
+        items.append(f"{name!r}: None if ({v} := {c}['v']) is None else {_native_expr(t, f, conv, v, namespace, i)}")
     source = ("def convert(image):\n"
               f"    if len(image) != {len(specs)}:\n        return None\n"
               "    try:\n"
@@ -489,8 +521,13 @@ class OpenProtocolDecoder:
         kpos, vpos = 8, 0
         klen, vlen = len(key), len(value)
         loads = orjson.loads
+        unpack = _LEN.unpack_from
         while kpos < klen:
-            kstart, kdoc, kpos = _frame(key, kpos, klen, "key")
+            kstart = kpos + 8
+            if kstart > klen or (kend := kstart + unpack(key, kpos)[0]) > klen:
+                _frame(key, kpos, klen, "key")  # raises the error naming the byte
+            kdoc = key[kstart:kend]
+            kpos = kend
             try:
                 k = loads(kdoc)
             except orjson.JSONDecodeError as e:
@@ -512,7 +549,11 @@ class OpenProtocolDecoder:
             if vpos >= vlen:
                 raise MalformedMessage(CODEC, f"value byte {vpos}",
                                        f"value has fewer entries than the key (key entry at byte {kstart})")
-            vstart, vdoc, vpos = _frame(value, vpos, vlen, "value")
+            vstart = vpos + 8
+            if vstart > vlen or (vend := vstart + unpack(value, vpos)[0]) > vlen:
+                _frame(value, vpos, vlen, "value")  # raises the error naming the byte
+            vdoc = value[vstart:vend]
+            vpos = vend
             try:
                 v = loads(vdoc)
             except orjson.JSONDecodeError as e:
@@ -557,8 +598,10 @@ class OpenProtocolDecoder:
         if type(image) is not dict or (old is not None and type(old) is not dict):
             raise MalformedMessage(CODEC, f"value byte {vstart}", "row image is not an object")
         part = "u" if kind != DELETE else "d"
-        dec = self._table_for(scm, tbl, ptn, image, vstart)
-        row = _convert_fast(dec, image)
+        dec = self._cache.get((scm, tbl, ptn, tuple(image)))
+        if dec is None:
+            dec = self._table_for(scm, tbl, ptn, image, vstart)
+        row = dec.convert(image)
         if row is None:  # something is off: the checked path says what, or the schema changed
             try:
                 row = _convert(dec, image, vstart, part)
@@ -569,7 +612,7 @@ class OpenProtocolDecoder:
         old_row = None
         if old is not None:
             if len(old) == len(image):
-                old_row = _convert_fast(dec, old)
+                old_row = dec.convert(old)
             if old_row is None:
                 old_row = _convert(dec, old, vstart, "p", strict=True)
         extra = None
@@ -633,12 +676,6 @@ def _hint_fits(hint: TableSchema, wire: TableSchema, ptn) -> bool:
                 col.type == "VARCHAR" and h.type in ("VARCHAR", "VARBINARY")):
             return False
     return True
-
-
-def _convert_fast(dec: _TableDecoding, image: dict) -> dict | None:
-    """Convert an image holding the cached signature's columns (by name); None on any
-    surprise (the caller then takes the checked path for a precise error)."""
-    return dec.convert(image)
 
 
 class _SignatureChanged(Exception):
@@ -870,9 +907,10 @@ def _native_to_wire(table: TableSchema, col: Column) -> Callable[[Any], Any]:
 
 class _TableEncoding:
     """Per-table precomputation: key JSON prefix, and per column its name, the
-    constant part of its column object and its value converter."""
+    constant part of its column object and its value converter; plus two generated
+    image builders (new and old image) for rows holding every column."""
 
-    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "image")
+    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "new_image", "old_image")
 
     def __init__(self, table: TableSchema):
         self.table = table
@@ -888,31 +926,62 @@ class _TableEncoding:
                               _native_to_wire(table, col)) for col in table.columns)
         self.by_name = {c[0] for c in self.columns}
         self.handle = frozenset(c.name for c in table.columns if c.handle_key)
-        self.image = _compile_image(table, self.columns)
+        self.new_image = _compile_image(table, self.columns)
+        self.old_image = _compile_image(table, self.columns)
+
+
+def _wire_expr(col: Column, code: int, conv: Callable[[Any], Any], v: str, ns: dict[str, Any], i: int) -> str:
+    """Python expression for the JSON value of the native value in variable ``v``: what ``conv``
+    (``_native_to_wire``) returns, inline for the common types; a value failing an inline check
+    goes to ``conv`` (which raises the error naming the column) or raises ``_NotFast``."""
+    ns[f"f{i}"] = conv
+    slow = f"f{i}({v})"
+    kind = conv.__name__
+    if kind == "enc_int":
+        if code in _INT_CODES:
+            lo, hi = _INT_RANGE[code][1 if col.unsigned else 0]
+        elif code == 13:
+            lo, hi = 0, 2155
+        else:
+            lo, hi = 0, (1 << (col.length or 64)) - 1
+        return f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else {slow})"
+    if kind in ("enc_text", "enc_json"):
+        return f"({v} if type({v}) is str else {slow})"
+    if kind == "enc_double":
+        return f"({v} if type({v}) is float and -_INF < {v} < _INF else {slow})"
+    if kind == "enc_enum" and col.elements:
+        ns[f"e{i}"] = {name: k + 1 for k, name in enumerate(col.elements)}
+        return f"(x if type({v}) is str and (x := e{i}.get({v})) is not None else {slow})"
+    if kind == "enc_blob":
+        encode = "" if is_binary(col) else ".encode()"
+        want = "bytes" if is_binary(col) else "str"
+        return f"(_b64({v}{encode}, newline=False).decode('ascii') if type({v}) is {want} else {slow})"
+    if kind in ("enc_decimal", "enc_date", "enc_datetime"):
+        return inline_text_expr(col, v, slow) or slow
+    return slow
 
 
 def _compile_image(table: TableSchema, columns) -> Callable[[dict], dict]:
     """Generate ``row -> {column: {"t", "h"?, "f", "v"}}`` for a row holding exactly the table's
-    columns: one nested dict display, integers and plain strings checked inline. Raises
-    ``_NotFast`` (or KeyError) for anything else; ``_image`` then raises the error naming the column."""
-    namespace: dict[str, Any] = {"_not_fast": _not_fast}
-    items = []
+    columns. The column objects are built once and only their ``"v"`` is replaced per row, so a
+    row costs one store per column plus its value's conversion (inline for the common types);
+    the returned dict is the same object every call, valid until the next call (the encoder
+    serialises it at once and is used by one thread at a time). Raises ``_NotFast`` (or KeyError,
+    or the converter's ``UnrepresentableValue``); ``_image`` then takes the checked path."""
+    namespace: dict[str, Any] = {"_not_fast": _not_fast, "_INF": _INF, "_b64": binascii.b2a_base64,
+                                 **INLINE_NAMES}
+    image: dict[str, dict] = {}
+    lines = []
     for i, (name, t, h, f, conv) in enumerate(columns):
-        col = table.column(name)
         v = f"v{i}"
-        if t in _INT_CODES and conv.__name__ == "enc_int":
-            lo, hi = _INT_RANGE[t][1 if col.unsigned else 0]
-            expr = f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else _not_fast())"
-        elif conv.__name__ in ("enc_text", "enc_json"):
-            expr = f"({v} if type({v}) is str else _not_fast())"
-        else:
-            namespace[f"f{i}"] = conv
-            expr = f"f{i}({v})"
-        head = f'"t": {t}, "h": True, "f": {f}' if h else f'"t": {t}, "f": {f}'
-        items.append(f"{name!r}: {{{head}, \"v\": None if ({v} := row[{name!r}]) is None else {expr}}}")
+        image[name] = {"t": t, "h": True, "f": f, "v": None} if h else {"t": t, "f": f, "v": None}
+        namespace[f"c{i}"] = image[name]
+        expr = _wire_expr(table.column(name), t, conv, v, namespace, i)
+        lines.append(f"    c{i}['v'] = None if ({v} := row[{name!r}]) is None else {expr}\n")
+    namespace["IMAGE"] = image
     source = ("def image(row):\n"
               f"    if len(row) != {len(columns)}:\n        _not_fast()\n"
-              "    return {" + ", ".join(items) + "}\n")
+              + "".join(lines) + "    return IMAGE\n")
     exec(compile(source, f"<cdcflow.open-protocol image {table.collection}>", "exec"), namespace)
     return namespace["image"]
 
@@ -922,6 +991,10 @@ class _NotFast(Exception):
 
 
 def _not_fast():
+    raise _NotFast
+
+
+def _no_fast(row):
     raise _NotFast
 
 
@@ -941,33 +1014,50 @@ class OpenProtocolEncoder:
         self._only_updated = self.options["only-output-updated-columns"]
         self._delete_handle_only = self.options["delete-only-output-handle-key-columns"]
         self._tables: dict[int, _TableEncoding] = {}
+        self._busy = threading.Lock()
 
     def encode(self, events: Iterable[Event]) -> list[tuple[bytes, bytes]]:
+        # the generated image builders reuse their column objects, so one thread at a time
+        # uses this encoder's tables; a concurrent caller gets a private encoder
+        if not self._busy.acquire(blocking=False):
+            return OpenProtocolEncoder(self.options).encode(events)
+        try:
+            return self._encode(events)
+        finally:
+            self._busy.release()
+
+    def _encode(self, events: Iterable[Event]) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
-        keys: list[bytes] = []
+        keys: list[bytes] = []  # [length, key JSON, length, key JSON, ...] of the open batch
         values: list[bytes] = []
-        size = 0  # framed bytes of the open batch
+        rows = size = 0  # rows and framed bytes of the open batch
         max_bytes, max_batch = self._max_bytes, self._max_batch
         pack = _LEN.pack
+        last_table = enc = None
         for ev in events:
             t = type(ev)
             if t is RowChange:
-                k, v = self._row(ev)
-                row_bytes = len(k) + len(v) + _ROW_SLACK
+                if ev.table is not last_table:
+                    last_table = ev.table
+                    enc = self._encoding(last_table)
+                k, v = self._row(ev, enc)
+                klen, vlen = len(k), len(v)
+                row_bytes = klen + vlen + _ROW_SLACK
                 if row_bytes + 8 + _RECORD_OVERHEAD > max_bytes:
                     raise MessageTooLarge(
                         CODEC, ev.table.collection,
                         f"one row needs {row_bytes + 8 + _RECORD_OVERHEAD} bytes, max-message-bytes is {max_bytes}")
-                if keys and (len(keys) >= max_batch or size + _RECORD_OVERHEAD + row_bytes > max_bytes):
+                if rows and (rows >= max_batch or size + _RECORD_OVERHEAD + row_bytes > max_bytes):
                     out.append(_join(keys, values))
-                    keys, values, size = [], [], 0
-                keys.append(pack(len(k)) + k)
-                values.append(pack(len(v)) + v)
+                    keys, values, rows, size = [], [], 0, 0
+                keys += (pack(klen), k)
+                values += (pack(vlen), v)
+                rows += 1
                 size += row_bytes
                 continue
             if keys:
                 out.append(_join(keys, values))
-                keys, values, size = [], [], 0
+                keys, values, rows, size = [], [], 0, 0
             if t is DDLEvent:
                 out.append(self._ddl(ev))
             elif t is ResolvedEvent:
@@ -988,25 +1078,34 @@ class OpenProtocolEncoder:
             self._tables[id(table)] = enc
         return enc
 
-    def _row(self, ev: RowChange) -> tuple[bytes, bytes]:
-        enc = self._encoding(ev.table)
+    def _row(self, ev: RowChange, enc: _TableEncoding) -> tuple[bytes, bytes]:
         extra = ev.extra
+        kind = ev.kind
+        ts = ev.commit_ts
         if extra and (EXTRA_ROW_ID in extra or EXTRA_ONLY_HANDLE_KEY in extra or EXTRA_CLAIM_CHECK in extra):
             key = self._key_with_extra(ev, enc)
+        elif type(ts) is int:
+            key = b'{"ts":%d%b' % (ts, enc.key_suffix)
+            if kind == INSERT:  # the common case, without the branches below
+                row = ev.row
+                try:
+                    image = enc.new_image(row)
+                except (_NotFast, KeyError, TypeError):
+                    image = _image(enc, row, None, _no_fast)
+                return key, orjson.dumps({"u": image})
         else:
-            key = b'{"ts":' + str(ev.commit_ts).encode() + enc.key_suffix
-        kind = ev.kind
+            key = b'{"ts":' + str(ts).encode() + enc.key_suffix
         if kind == DELETE:
             names = enc.handle if self._delete_handle_only and enc.handle else None
-            value = {"d": _image(enc, ev.row, names)}
+            value = {"d": _image(enc, ev.row, names, enc.new_image)}
         elif kind == INSERT or kind == UPDATE:
-            value = {"u": _image(enc, ev.row, None)}
+            value = {"u": _image(enc, ev.row, None, enc.new_image)}
             if kind == UPDATE and self._old_value and ev.old is not None:
                 names = None
                 if self._only_updated:
                     new = ev.row or {}
                     names = {n for n, v in ev.old.items() if n not in new or new[n] != v}
-                value["p"] = _image(enc, ev.old, names)
+                value["p"] = _image(enc, ev.old, names, enc.old_image)
         else:
             raise UnsupportedEvent(CODEC, ev.table.collection, f"row kind {kind!r} is not insert/update/delete")
         return key, orjson.dumps(value)
@@ -1046,13 +1145,13 @@ class OpenProtocolEncoder:
         return _VERSION_BYTES + _LEN.pack(len(k)) + k, _LEN.pack(len(v)) + v
 
 
-def _image(enc: _TableEncoding, row: dict | None, names) -> dict:
-    """One row image as ``{column: {"t", "h"?, "f", "v"}}`` in table order."""
+def _image(enc: _TableEncoding, row: dict | None, names, fast: Callable[[dict], dict]) -> dict:
+    """One row image as ``{column: {"t", "h"?, "f", "v"}}`` in table order (``fast`` for full rows)."""
     if row is None:
         raise UnsupportedEvent(CODEC, enc.table.collection, "row image is missing")
     if names is None:
         try:
-            return enc.image(row)
+            return fast(row)
         except (_NotFast, KeyError):
             pass  # the checked loop below raises the precise error (or takes a partial row)
     out = {}
@@ -1072,4 +1171,5 @@ def _image(enc: _TableEncoding, row: dict | None, names) -> dict:
 
 
 def _join(keys: list[bytes], values: list[bytes]) -> tuple[bytes, bytes]:
+    """One message from the batch's framed entries (``[length, JSON, length, JSON, ...]``)."""
     return _VERSION_BYTES + b"".join(keys), b"".join(values)

@@ -243,7 +243,7 @@ def run_quickstart(file: str | None = None, *, master: str = "local[2]", out: Te
         subjects = registry_subjects(dev.registry_url)
     finally:
         if session is not None and session.owned:
-            session.spark.stop()
+            session.stop()
         stopped = services.down(dev_dir)
     expected = generated_records(example)
     arrived = arrived_records(output, state.schema_store_path)

@@ -94,6 +94,8 @@ def main() -> None:
     rows_out += [("csv decode", rate(lambda: cdec.decode(data), n), rate(csv_floor_read, n), "csv.reader"),
                  ("csv decode+to_record", rate(lambda: to_records(cdec.decode(data), positions), n),
                   rate(csv_floor_read, n), "csv.reader"),
+                 ("csv decode_columns+records", rate(lambda: cdec.decode_columns(data).records(positions), n),
+                  rate(csv_floor_read, n), "csv.reader"),
                  ("csv encode", rate(lambda: tcsv.encode_rows(events, TABLE, opts), n), rate(csv_floor_write, n),
                   "csv.writer")]
 

@@ -9,7 +9,11 @@ timer with the same call pattern as the others: decode = codec decode +
 ``events.to_records``; encode = ``events.from_records`` (column model from the
 schema store) + codec encode. Floors: orjson.loads/dumps, csv.reader/writer,
 fastavro schemaless_reader/writer; the JSON codecs also show json.loads/dumps (the issue names
-both; the target is taken against orjson). Ours and its floors are timed interleaved, best of 5.
+both; the target is taken against orjson). Ours and its floors are timed interleaved, best of 5,
+with the heap kept steady (``bench_codec_open.steady_heap``: page faults of freed-and-refetched
+memory are kernel time that swung the floors up to 5x between runs). Each side keeps its output
+the same way: canal-json and CSV both sides keep the batch's list; open protocol both sides
+drop their output per message (16 rows) / per document.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ FLOORS = {("avro", "d"): "fastavro.schemaless_reader", ("avro", "e"): "fastavro.
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    bench_codec_open.steady_heap()
     rows: list[tuple[str, str, float, float, float | None]] = []
     with contextlib.redirect_stdout(io.StringIO()):
         avro = bench_codec_avro.main(n)

@@ -66,5 +66,5 @@ def spark(tmp_path_factory):
 
     state = StateDir(tmp_path_factory.mktemp("spark-session")).create()
     info = start_session("local[2]", {}, state)
-    yield info.spark
-    info.spark.stop()
+    yield info.context
+    info.stop()

@@ -53,9 +53,12 @@ def test_canal_json_fast_encode_equals_general(monkeypatch, data, kinds, ext, ch
     table, rows = data
     events = _events(table, rows, kinds)
     opts = cj.CanalJsonOptions(enable_tidb_extension=ext, only_output_updated_columns=changed_only)
-    enc = cj.CanalJsonEncoder(opts, now_ms=lambda: 1_700_000_000_123)
-    fast, general = _encode_both(monkeypatch, lambda: enc.encode_many(events), cj.CanalJsonEncoder,
-                                 "_encode_row_fast", lambda *a: None)
+
+    def encode():  # a fresh encoder each time: plans (and their generated code) are cached per encoder
+        enc = cj.CanalJsonEncoder(opts, now_ms=lambda: 1_700_000_000_123)
+        return enc.encode_many(events), [enc.encode(e) for e in events]
+    fast, general = _encode_both(monkeypatch, encode, cj, "_compile_message",
+                                 lambda plan, table, changed_only: lambda ev, now: None)
     assert fast == general
 
 
@@ -83,7 +86,7 @@ def test_open_protocol_fast_decode_equals_general(monkeypatch, data, kinds):
     messages = op.OpenProtocolEncoder().encode(_events(table, rows, kinds))
     fast = op.OpenProtocolDecoder({table.collection: table}).decode_many(messages)
     with monkeypatch.context() as m:
-        m.setattr(op, "_convert_fast", lambda dec, image: None)
+        m.setattr(op, "_compile_convert", lambda specs: lambda image: None)
         general = op.OpenProtocolDecoder({table.collection: table}).decode_many(messages)
     assert [(e.kind, e.commit_ts, e.row, e.old) for e in fast] == [(e.kind, e.commit_ts, e.row, e.old)
                                                                    for e in general]
@@ -123,3 +126,134 @@ def test_canal_json_fast_path_falls_back_for_bad_value():
     assert enc.encode(RowChange(table, "insert", 1 << 18, {"id": 1, "n": 2})).count(b'"n":"2"') == 1
     with pytest.raises(UnrepresentableValue, match="s.t.*n"):
         enc.encode(RowChange(table, "insert", 1 << 18, {"id": 1, "n": "2"}))
+
+
+@SETTINGS
+@given(data=tables_and_rows(min_rows=1, max_rows=4), kinds=st.lists(KINDS, min_size=4, max_size=4),
+       ext=st.booleans())
+def test_canal_json_fast_decode_equals_general(monkeypatch, data, kinds, ext):
+    table, rows = data
+    enc = cj.CanalJsonEncoder(cj.CanalJsonOptions(enable_tidb_extension=ext), now_ms=lambda: 1)
+    messages = enc.encode_many(_events(table, rows, kinds))
+    fast = cj.CanalJsonDecoder({table.collection: table}).decode_many(messages)
+    with monkeypatch.context() as m:
+        m.setattr(cj, "_compile_values", lambda table, columns: lambda texts: None)
+        general = cj.CanalJsonDecoder({table.collection: table}).decode_many(messages)
+    assert [(e.table, e.kind, e.commit_ts, e.row, e.old) for e in fast] == \
+        [(e.table, e.kind, e.commit_ts, e.row, e.old) for e in general]
+
+
+def test_memoised_dates_stay_exact_and_bounded():
+    """DATE texts are memoised per column: repeated texts give equal dates, a bad text is never
+    remembered (it still raises), and the memo stops growing at its bound."""
+    import datetime
+
+    from cdcflow.connectors.ticdc.errors import MalformedMessage
+    from cdcflow.tidb import Column, TableSchema
+
+    table = TableSchema("s", "t", (Column("id", "BIGINT", handle_key=True, primary_key=True, nullable=False),
+                                   Column("d", "DATE")))
+    enc = cj.CanalJsonEncoder(now_ms=lambda: 1)
+    dec = cj.CanalJsonDecoder({table.collection: table})
+    days = [datetime.date(2024, 1, 1) + datetime.timedelta(days=i % 3) for i in range(10)]
+    msgs = enc.encode_many([RowChange(table, "insert", 1 << 18, {"id": i, "d": d}) for i, d in enumerate(days)])
+    assert [e.row["d"] for e in dec.decode_many(msgs)] == days
+    bad = msgs[0].replace(b'"2024-01-01"', b'"2024-13-01"')
+    with pytest.raises(MalformedMessage, match="data\\[0\\].d"):
+        dec.decode(bad)
+    with pytest.raises(MalformedMessage):
+        dec.decode(bad)  # not remembered
+    from cdcflow import tidb
+
+    memo = {}
+    for i in range(tidb.DATE_MEMO_SIZE + 10):
+        tidb.remember(memo, str(i), i)
+    assert len(memo) == tidb.DATE_MEMO_SIZE
+
+
+# --------------------------------------------------------------------------- inline text forms
+
+def _inline(expr_of, name_space_extra=None):
+    from cdcflow import tidb
+
+    ns = dict(tidb.INLINE_NAMES, **(name_space_extra or {}))
+    exec(f"def f(v):\n    return {expr_of}\n", ns)
+    return ns["f"]
+
+
+def _outcome(fn, v):
+    try:
+        return fn(v)
+    except Exception as e:  # the same error type as the formatter/parser itself
+        return type(e)
+
+
+_DECIMALS = st.one_of(st.decimals(allow_nan=True, allow_infinity=True, places=None),
+                      st.tuples(st.integers(-10**7, 10**7), st.integers(-12, 12)).map(
+                          lambda t: __import__("decimal").Decimal(t[0]).scaleb(t[1])),
+                      st.decimals(allow_nan=False, allow_infinity=False, places=3),
+                      st.sampled_from(["0", "-0", "0E-3", "1E+2", "5.95", "-1.50", "1E-7", "sNaN"]).map(
+                          lambda s: __import__("decimal").Decimal(s)))
+_DATETIMES = st.one_of(st.datetimes(), st.datetimes(timezones=st.just(__import__("datetime").timezone.utc)))
+_WRONG = st.one_of(st.integers(), st.text(max_size=4), st.none(), st.floats(), st.dates())
+
+
+@settings(max_examples=300, deadline=None)
+@given(scale=st.one_of(st.none(), st.integers(0, 6)), fsp=st.one_of(st.none(), st.integers(0, 6)),
+       value=st.one_of(_DECIMALS, _DATETIMES, st.dates(), st.floats(), _WRONG))
+def test_inline_text_expr_equals_formatter(scale, fsp, value):
+    from cdcflow import tidb
+    from cdcflow.tidb import Column
+
+    cases = [(Column("c", "DECIMAL", scale=scale), lambda v: tidb.format_decimal(v, scale)),
+             (Column("c", "DATETIME", fsp=fsp), lambda v: tidb.format_datetime(v, fsp)),
+             (Column("c", "TIMESTAMP", fsp=fsp), lambda v: tidb.format_datetime(v, fsp)),
+             (Column("c", "DATE"), tidb.format_date),
+             (Column("c", "DOUBLE"), tidb.format_float)]
+    for col, formatter in cases:
+        expr = tidb.inline_text_expr(col, "v", "slow(v)")
+        if expr is None:
+            continue
+        inline = _inline(expr, {"slow": formatter})
+        assert _outcome(inline, value) == _outcome(formatter, value), (col.type, value)
+
+
+_DT_CHARS = st.sampled_from(list("0123456789-: .TZ+,W"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.one_of(
+    st.dates().map(str), st.datetimes().map(str), st.datetimes().map(lambda d: d.isoformat()),
+    st.datetimes().map(lambda d: str(d)[:-3] if d.microsecond else str(d) + ".5"),
+    st.datetimes().map(lambda d: str(d) + "+01:00"), st.datetimes().map(lambda d: str(d) + "Z"),
+    st.text(_DT_CHARS, min_size=8, max_size=27), st.integers(), st.none(),
+    st.tuples(st.datetimes().map(str), st.integers(0, 25), _DT_CHARS).map(  # one character changed
+        lambda t: t[0][:t[1]] + t[2] + t[0][t[1] + 1:]),
+    st.tuples(st.integers(1, 9999), st.integers(1, 52), st.integers(1, 7), st.times().map(str)).map(
+        lambda t: f"{t[0]:04d}-W{t[1]:02d}-{t[2]} {t[3]}")))
+def test_inline_parse_expr_equals_parser(text):
+    from cdcflow import tidb
+
+    def parse_or_raise(parser):
+        def run(v):
+            if type(v) is not str:
+                raise ValueError("not a str")
+            return parser(v)
+        return run
+
+    for type_name, parser in (("DATE", tidb.parse_date), ("DATETIME", tidb.parse_datetime)):
+        bad = "bad()"
+        plain = _inline(tidb.inline_parse_expr(type_name, "v", bad), {"bad": _raise_value_error})
+        want = _outcome(parse_or_raise(parser), text)
+        assert _outcome(plain, text) == want, (type_name, text)
+        if type_name == "DATE":
+            memo: dict = {}
+            memoised = _inline(tidb.inline_parse_expr("DATE", "v", bad, memo="m"),
+                               {"bad": _raise_value_error, "m": memo})
+            assert _outcome(memoised, text) == want
+            assert _outcome(memoised, text) == want  # second time from the memo, if it parsed
+            assert all(type(k) is str for k in memo) and len(memo) <= 1
+
+
+def _raise_value_error():
+    raise ValueError("does not fit")
