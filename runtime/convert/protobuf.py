@@ -12,6 +12,10 @@ Reading: ``raw_data`` whose metadata names a schema is decoded back to a dict
 (as Conduit's SDK does); ``raw_data`` without one stays bytes;
 ``structured_data`` becomes a dict via Struct's rules.
 
+The standalone path skips message objects: ``to_wire`` writes each record's
+bytes, ``from_wire`` reads the records of a batch message's bytes (what
+``from_proto`` makes of the parsed message).
+
 A payload with one raw and one structured side cannot share one schema
 reference (the raw side would be decoded too), so its structured side is
 sent as Struct.
@@ -19,13 +23,14 @@ sent as Struct.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from google.protobuf import struct_pb2
 
 from ..varint import uvarint as _varint
 from ..avro_values import Codec
 from ..errors import ConversionError, SchemaError
+from ..pb.connector.v2 import destination_pb2
 from ..pb.opencdc.v1 import opencdc_pb2
 from ..record import Operation, Record
 from ..schemas import SchemaStore
@@ -93,15 +98,22 @@ def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structu
     entries: dict[tuple[str, str], bytes] = {}
     out = []
     append = out.append
+    last_metadata: dict | None = None
+    block = b""
     for position, operation, metadata, key, before, after in _prepared(records, store, structured):
         parts = [b"\x0a", _varint(len(position)), position] if position else []
         if operation:
             parts += (b"\x10", _varint(operation))
-        for item in metadata.items():
-            entry = entries.get(item)
-            if entry is None:
-                entry = entries[item] = _map_entry(*item)
-            parts.append(entry)
+        if metadata is not last_metadata and metadata != last_metadata:  # most records of a batch: equal
+            last_metadata = metadata
+            block_parts = []
+            for item in metadata.items():
+                entry = entries.get(item)
+                if entry is None:
+                    entry = entries[item] = _map_entry(*item)
+                block_parts.append(entry)
+            block = b"".join(block_parts)
+        parts.append(block)
         if key is not None:
             data = _data_wire(key)
             parts += (b"\x22", _varint(len(data)), data)
@@ -134,32 +146,82 @@ def _data_wire(value: bytes | struct_pb2.Struct) -> bytes:
 
 def _prepared(records: Iterable[Record], store: SchemaStore | None, structured: str):
     """Per record: (position, operation, metadata, key, before, after), each data side None, the
-    bytes for ``raw_data`` or a Struct for ``structured_data``; metadata with the schema references."""
+    bytes for ``raw_data`` or a Struct for ``structured_data``; metadata with the schema references.
+
+    Records of a batch mostly look alike: a structured record with the same metadata and the
+    same data shape as the one before tries the schemas that one got first, which is the choice
+    ``SchemaRefs.attach`` makes too (a named schema that fit is tried first again; a derived one
+    is the default subject's most recent). Such records share one metadata dict (read only).
+    """
     if structured not in (_AVRO, _STRUCT):
         raise ValueError(f"structured must be 'avro' or 'struct', not {structured!r}")
     as_struct = structured == _STRUCT
     refs: SchemaRefs | None = None
+    last: _LastChoice | None = None
     for r in records:
         key, before, after = r.key, r.before, r.after
         if type(key) is dict or type(before) is dict or type(after) is dict:
-            if not as_struct and refs is None:
+            if as_struct:
+                yield _structured(r, None, True)[0]
+                continue
+            if last is not None and r.metadata == last.metadata:
+                same = last.again(r)
+                if same is not None:
+                    yield same
+                    continue
+            if refs is None:
                 refs = refs_for(store)
-            yield _structured(r, refs, as_struct)
+            prepared, last = _structured(r, refs, False)
+            yield prepared
         else:
             yield r.position, r.operation, r.metadata, key, before, after
 
 
-def _structured(r: Record, refs: SchemaRefs | None, as_struct: bool) -> tuple:
+class _LastChoice:
+    """The schemas a structured record got, to try first on the next record (see ``_prepared``)."""
+
+    __slots__ = ("metadata", "types", "key_codec", "payload_codec", "out_metadata")
+
+    def __init__(self, r: Record, key_codec: Codec | None, payload_codec: Codec | None, out_metadata: dict):
+        self.metadata = dict(r.metadata)
+        self.types = (type(r.key), type(r.before), type(r.after))
+        self.key_codec, self.payload_codec, self.out_metadata = key_codec, payload_codec, out_metadata
+
+    def again(self, r: Record) -> tuple | None:
+        """``r`` prepared with the same schemas, or None when its data does not fit them."""
+        key, before, after = r.key, r.before, r.after
+        if (type(key), type(before), type(after)) != self.types:
+            return None
+        try:
+            if self.key_codec is not None:
+                key = self.key_codec.encode(key)
+            codec = self.payload_codec
+            if codec is not None:
+                if before is not None:
+                    before = codec.encode(before)
+                if after is not None:
+                    after = codec.encode(after)
+        except ConversionError:
+            return None  # the full choice below says what fits, or why nothing does
+        return r.position, r.operation, self.out_metadata, key, before, after
+
+
+def _structured(r: Record, refs: SchemaRefs | None, as_struct: bool) -> tuple[tuple, _LastChoice | None]:
+    """The prepared record, and what the next record may try first (None: nothing to reuse)."""
     metadata = dict(r.metadata)
     derived: list[str] = []
     position = r.position
     key = r.key
+    reusable = not as_struct
+    key_codec = payload_codec = None
     if type(key) is dict:
         if as_struct:
             key = _struct(key, position, "key")
         else:
             (key,), subject, version, was_derived = _attach(refs, metadata, KEY, [key], position)
             _set_ref(metadata, KEY, subject, version, was_derived, derived)
+            key_codec = refs.codec(subject, version)
+            reusable = reusable and _first_choice_again(r.metadata, KEY, was_derived)
     before, after = r.before, r.after
     before_dict, after_dict = type(before) is dict, type(after) is dict
     raw_side = before is not None and not before_dict or after is not None and not after_dict
@@ -171,13 +233,25 @@ def _structured(r: Record, refs: SchemaRefs | None, as_struct: bool) -> tuple:
             before = encoded[0]
         if after is not None:
             after = encoded[-1]
+        payload_codec = refs.codec(subject, version)
+        reusable = reusable and _first_choice_again(r.metadata, PAYLOAD, was_derived)
     else:
+        reusable = False
         if before_dict:
             before = _struct(before, position, "payload.before")
         if after_dict:
             after = _struct(after, position, "payload.after")
     mark_derived(metadata, derived)
-    return position, r.operation, metadata, key, before, after
+    prepared = (position, r.operation, metadata, key, before, after)
+    return prepared, _LastChoice(r, key_codec, payload_codec, metadata) if reusable else None
+
+
+def _first_choice_again(metadata: Mapping[str, str], part: str, was_derived: bool) -> bool:
+    """Would ``SchemaRefs.attach`` try the schema it just picked first for the next record with
+    this metadata? Yes for a schema the metadata named, and for a derived one when the metadata
+    names none (then the default subject's most recent schema, the one just used, comes first)."""
+    subject_key, version_key = META_KEYS[part]
+    return not was_derived or (subject_key not in metadata and version_key not in metadata)
 
 
 def _attach(refs: SchemaRefs, metadata: dict, part: str, values: list, position: bytes):
@@ -204,41 +278,41 @@ def _struct(value: dict, position: bytes, where: str) -> struct_pb2.Struct:
 
 def from_proto(pbs: Iterable[PbRecord], store: SchemaStore | None = None) -> list[Record]:
     """Build records; raw data named by a schema reference is decoded with the store's schema."""
-    refs: SchemaRefs | None = None
+    refs: list[SchemaRefs | None] = [None]  # looked up once, when the first reference shows up
     codecs: dict[tuple[str, str], Codec] = {}  # this batch's schemas by the metadata's (subject, version)
-    out = []
-    append = out.append
-    for pb in pbs:
-        pb_metadata = pb.metadata
-        metadata = {k: pb_metadata[k] for k in pb_metadata}  # faster than dict() on a pb map
-        operation = pb.operation
-        if not 0 <= operation < _N_OPERATIONS:
-            raise ConversionError(f"record at position {pb.position!r}: unknown operation number {operation}")
-        key = _data(pb.key) if pb.HasField("key") else None
-        if pb.HasField("payload"):
-            payload = pb.payload
-            before = _data(payload.before) if payload.HasField("before") else None
-            after = _data(payload.after) if payload.HasField("after") else None
-        else:
-            before = after = None
-        if (
-            type(key) is bytes and _KEY_SUBJECT in metadata
-            or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
-        ):
-            if refs is None:
-                refs = refs_for(store)
-            derived = pop_derived(metadata)
-            position = pb.position
-            if type(key) is bytes:
-                key = _decode(refs, codecs, metadata, KEY, key, position)
-            if type(before) is bytes:
-                before = _decode(refs, codecs, metadata, PAYLOAD, before, position)
-            if type(after) is bytes:
-                after = _decode(refs, codecs, metadata, PAYLOAD, after, position)
-            if derived:
-                drop_refs(metadata, derived)
-        append(Record(pb.position, _OPERATIONS[operation], metadata, key, before, after))
-    return out
+    return [_from_pb(pb, store, refs, codecs) for pb in pbs]
+
+
+def _from_pb(pb: PbRecord, store: SchemaStore | None, refs: list, codecs: dict) -> Record:
+    pb_metadata = pb.metadata
+    metadata = {k: pb_metadata[k] for k in pb_metadata}  # faster than dict() on a pb map
+    operation = pb.operation
+    if not 0 <= operation < _N_OPERATIONS:
+        raise ConversionError(f"record at position {pb.position!r}: unknown operation number {operation}")
+    key = _data(pb.key) if pb.HasField("key") else None
+    if pb.HasField("payload"):
+        payload = pb.payload
+        before = _data(payload.before) if payload.HasField("before") else None
+        after = _data(payload.after) if payload.HasField("after") else None
+    else:
+        before = after = None
+    if (
+        type(key) is bytes and _KEY_SUBJECT in metadata
+        or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
+    ):
+        if refs[0] is None:
+            refs[0] = refs_for(store)
+        derived = pop_derived(metadata)
+        position = pb.position
+        if type(key) is bytes:
+            key = _decode(refs[0], codecs, metadata, KEY, key, position)
+        if type(before) is bytes:
+            before = _decode(refs[0], codecs, metadata, PAYLOAD, before, position)
+        if type(after) is bytes:
+            after = _decode(refs[0], codecs, metadata, PAYLOAD, after, position)
+        if derived:
+            drop_refs(metadata, derived)
+    return Record(pb.position, _OPERATIONS[operation], metadata, key, before, after)
 
 
 def _data(d: opencdc_pb2.Data) -> Any:
@@ -257,6 +331,16 @@ def _decode(
     if not subject:
         return value
     version = metadata.get(version_key, "-1")
+    codec = _codec(refs, codecs, subject, version, part, position)
+    try:
+        return codec.decode(value)
+    except ConversionError as e:
+        raise ConversionError(
+            f"record at position {position!r}: {part} (schema {subject!r} version {version}): {e}"
+        ) from None
+
+
+def _codec(refs: SchemaRefs, codecs: dict, subject: str, version: str, part: str, position: bytes) -> Codec:
     codec = codecs.get((subject, version))
     if codec is None:
         try:
@@ -264,12 +348,292 @@ def _decode(
         except SchemaError as e:
             raise SchemaError(f"record at position {position!r}: {part}: {e}") from None
         codecs[(subject, version)] = codec  # "latest" too: one batch reads one version of it
+    return codec
+
+
+# -- reading batch messages straight from their bytes ------------------------------------
+#
+# Every batch message of the plugin protocols (Destination.Run.Request,
+# Source.Run.Response, transform Process.Request) is ``repeated opencdc.v1.Record
+# records = 1``. Reading the records' fields through the upb message costs one
+# Python object per field access and, above all, a map read per record for
+# metadata that is the same on most records of a batch. ``from_wire`` reads
+# the bytes itself when a record has the shape every protobuf encoder writes
+# (fields in number order, raw data only) and resolves each distinct metadata
+# block once per message; any other record (Struct data, unknown or repeated
+# fields, odd varints) is parsed by upb, so the answer is always
+# ``from_proto`` of the parsed message.
+
+_BatchMessage = destination_pb2.Destination.Run.Request  # like every batch message: records = 1
+_OTHER = object()  # "not the simple shape": parse this record with upb
+
+
+class _MetadataPlan:
+    """What one distinct metadata block means for the records carrying it."""
+
+    __slots__ = ("metadata", "refs_metadata", "key_ref", "payload_ref", "key_codec", "payload_codec")
+
+    def __init__(self, metadata: dict[str, str]):
+        self.metadata = metadata
+        # (subject, version) per part, None without the subject key (an empty subject leaves data raw)
+        self.key_ref = self._ref(metadata, KEY)
+        self.payload_ref = self._ref(metadata, PAYLOAD)
+        self.refs_metadata: dict[str, str] | None = None  # the metadata once the references were used
+        if self.key_ref is not None or self.payload_ref is not None:
+            resolved = dict(metadata)
+            drop_refs(resolved, pop_derived(resolved))
+            self.refs_metadata = resolved
+        self.key_codec: Codec | None = None
+        self.payload_codec: Codec | None = None
+
+    @staticmethod
+    def _ref(metadata: dict[str, str], part: str) -> tuple[str, str] | None:
+        subject_key, version_key = META_KEYS[part]
+        if subject_key not in metadata:
+            return None
+        return metadata[subject_key], metadata.get(version_key, "-1")
+
+
+def _varint_at(buf: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``buf[i]`` and the index after it; IndexError / ValueError when malformed."""
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+        if shift >= 64:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _data_at(buf: bytes, p: int, end: int) -> Any:
+    """The ``raw_data`` of the Data message in ``buf[p:end]``: bytes, None for an empty Data, else _OTHER."""
+    if p == end:
+        return None
+    if buf[p] != 0x0A:
+        return _OTHER
+    n = buf[p + 1]
+    if n < 0x80:
+        q = p + 2
+    elif buf[p + 2] < 0x80:
+        n, q = (n & 0x7F) | buf[p + 2] << 7, p + 3
+    else:
+        n, q = _varint_at(buf, p + 1)
+    return buf[q:end] if q + n == end else _OTHER
+
+
+def from_wire(
+    message: bytes, store: SchemaStore | None = None,
+    failed: dict[int, tuple[bytes, Exception]] | None = None,
+) -> list[Record | None]:
+    """The records of a batch message's bytes: ``from_proto`` of the parsed message's ``records``.
+
+    Without ``failed`` the first record that does not convert raises. With it,
+    such a record is None in the list and ``failed[index] = (position, error)``.
+    Bytes that are not a valid message raise ConversionError either way.
+    """
+    n = len(message)
+    out: list[Record | None] = []
+    append = out.append
+    refs: list[SchemaRefs | None] = [None]
+    codecs: dict[tuple[str, str], Codec] = {}
+    plans: dict[bytes, _MetadataPlan] = {}
+    operations = _OPERATIONS
+    block = b"\xff"  # the last record's metadata block (never a real one: it would start with 0x1A)
+    plan = _MetadataPlan({})
+    i = 0
+    # Lengths are read inline for one and two varint bytes (records up to 16 KiB), else by _varint_at.
+    # Reading past a record's end is harmless: the record then fails ``k != end`` (or IndexError
+    # at the message's end) and goes to upb, which has the last word on any odd shape.
     try:
-        return codec.decode(value)
-    except ConversionError as e:
-        raise ConversionError(
-            f"record at position {position!r}: {part} (schema {subject!r} version {version}): {e}"
-        ) from None
+        while i < n:
+            if message[i] != 0x0A:  # a field other than records: not what our peers send
+                return _from_batch_message(message, store, failed)
+            size = message[i + 1]
+            if size < 0x80:
+                start = i + 2
+            elif message[i + 2] < 0x80:
+                size, start = (size & 0x7F) | message[i + 2] << 7, i + 3
+            else:
+                size, start = _varint_at(message, i + 1)
+            end = i = start + size
+            if end > n:
+                raise ValueError("a record extends past the end of the message")
+            position = b""
+            key = before = after = None
+            operation = 0
+            try:
+                k = start
+                if message[k] == 0x0A:  # position = 1
+                    size = message[k + 1]
+                    k += 2
+                    if size >= 0x80:
+                        size, k = _varint_at(message, k - 1)
+                    position = message[k:k + size]
+                    k += size
+                if message[k] == 0x10:  # operation = 2: a valid number is one byte
+                    operation = message[k + 1]
+                    if operation >= _N_OPERATIONS:
+                        raise _Unusual
+                    k += 2
+                if message.startswith(block, k) and message[k + len(block)] != 0x1A:
+                    k += len(block)  # metadata = 3: the same block of map entries as the last record
+                else:
+                    meta_start = k
+                    while message[k] == 0x1A:
+                        size = message[k + 1]
+                        k += 2 + size if size < 0x80 else _varint_sum(message, k + 1)
+                    this_block = message[meta_start:k]
+                    this_plan = plans.get(this_block)
+                    if this_plan is None:
+                        this_plan = plans[this_block] = _MetadataPlan(_metadata_of(this_block) if this_block else {})
+                    block, plan = this_block, this_plan  # together: a failed plan leaves the last pair
+                if message[k] == 0x22:  # key = 4
+                    size = message[k + 1]
+                    if size < 0x80 and message[k + 2] == 0x0A and message[k + 3] + 2 == size:
+                        key = message[k + 4:k + 2 + size]  # short raw data: the usual key
+                        k += 2 + size
+                    else:
+                        if size < 0x80:
+                            p = k + 2
+                        elif message[k + 2] < 0x80:
+                            size, p = (size & 0x7F) | message[k + 2] << 7, k + 3
+                        else:
+                            size, p = _varint_at(message, k + 1)
+                        k = p + size
+                        key = _data_at(message, p, k)
+                if k < end and message[k] == 0x2A:  # payload = 5: Change{before = 1, after = 2}
+                    size = message[k + 1]
+                    if size < 0x80:
+                        p = k + 2
+                    elif message[k + 2] < 0x80:
+                        size, p = (size & 0x7F) | message[k + 2] << 7, k + 3
+                    else:
+                        size, p = _varint_at(message, k + 1)
+                    k = p + size
+                    if p < k and message[p] == 0x0A:
+                        size = message[p + 1]
+                        if size < 0x80:
+                            q = p + 2
+                        elif message[p + 2] < 0x80:
+                            size, q = (size & 0x7F) | message[p + 2] << 7, p + 3
+                        else:
+                            size, q = _varint_at(message, p + 1)
+                        p = q + size
+                        before = _data_at(message, q, p)
+                    if p < k and message[p] == 0x12:
+                        size = message[p + 1]
+                        if size < 0x80:
+                            q = p + 2
+                        elif message[p + 2] < 0x80:
+                            size, q = (size & 0x7F) | message[p + 2] << 7, p + 3
+                        else:
+                            size, q = _varint_at(message, p + 1)
+                        p = q + size
+                        if message[q] == 0x0A and q < p:  # Data{raw_data = 1}, inline: the usual case
+                            size = message[q + 1]
+                            if size < 0x80:
+                                q += 2
+                            elif message[q + 2] < 0x80:
+                                size, q = (size & 0x7F) | message[q + 2] << 7, q + 3
+                            else:
+                                size, q = _varint_at(message, q + 1)
+                            after = message[q:p] if q + size == p else _OTHER
+                        else:
+                            after = _data_at(message, q, p)
+                    if p != k:
+                        raise _Unusual
+                if k != end or key is _OTHER or before is _OTHER or after is _OTHER:
+                    raise _Unusual
+                if plan.refs_metadata is not None and (
+                    key is not None and plan.key_ref is not None
+                    or (before is not None or after is not None) and plan.payload_ref is not None
+                ):
+                    if refs[0] is None:
+                        refs[0] = refs_for(store)
+                    metadata = dict(plan.refs_metadata)
+                    if key is not None and plan.key_ref is not None and plan.key_ref[0]:
+                        codec = plan.key_codec
+                        if codec is None:
+                            codec = plan.key_codec = _codec(refs[0], codecs, *plan.key_ref, KEY, position)
+                        key = codec.decode(key)
+                    if plan.payload_ref is not None and plan.payload_ref[0] and (
+                        before is not None or after is not None
+                    ):
+                        codec = plan.payload_codec
+                        if codec is None:
+                            codec = plan.payload_codec = _codec(
+                                refs[0], codecs, *plan.payload_ref, PAYLOAD, position)
+                        if before is not None:
+                            before = codec.decode(before)
+                        if after is not None:
+                            after = codec.decode(after)
+                else:
+                    metadata = dict(plan.metadata)
+                append(Record(position, operations[operation], metadata, key, before, after))
+            except (_Unusual, IndexError, ValueError, ConversionError, SchemaError):
+                # upb and from_proto's conversion: the reference, also for the error and its context
+                pb = _parse_record(message[start:end])
+                _convert_into(append, lambda: _from_pb(pb, store, refs, codecs), pb.position, len(out), failed)
+    except (IndexError, ValueError) as e:
+        raise ConversionError(f"malformed batch message ({n} bytes): {e}") from None
+    except (ConversionError, SchemaError):
+        _batch_message(message)  # a malformed message is the error, as upb would have refused it whole
+        raise
+    return out
+
+
+def _varint_sum(buf: bytes, i: int) -> int:
+    """Bytes from the field tag at ``buf[i - 1]`` to the end of its length-delimited value."""
+    size, p = _varint_at(buf, i)
+    return p - i + 1 + size
+
+
+class _Unusual(Exception):
+    """A record not in the simple shape (see ``from_wire``)."""
+
+
+def _metadata_of(block: bytes) -> dict[str, str]:
+    """The metadata map of a block of map-entry fields (upb: duplicate keys, UTF-8 checks, defaults)."""
+    pb_metadata = _parse_record(block).metadata
+    return {k: pb_metadata[k] for k in pb_metadata}
+
+
+def _parse_record(data: bytes) -> PbRecord:
+    try:
+        return PbRecord.FromString(data)
+    except Exception as e:  # noqa: BLE001 - upb's DecodeError; the message is malformed
+        raise ValueError(f"record does not parse: {e}") from None
+
+
+def _convert_into(append, convert, position: bytes, index: int, failed: dict | None) -> None:
+    try:
+        append(convert())
+    except (ConversionError, SchemaError) as e:
+        if failed is None:
+            raise
+        failed[index] = (position, e)
+        append(None)
+
+
+def _batch_message(message: bytes) -> Any:
+    """upb's parse of a batch message; ConversionError when it refuses it."""
+    try:
+        return _BatchMessage.FromString(message)
+    except Exception as e:  # noqa: BLE001 - upb's DecodeError
+        raise ConversionError(f"malformed batch message ({len(message)} bytes): {e}") from None
+
+
+def _from_batch_message(message: bytes, store: SchemaStore | None, failed: dict | None) -> list[Record | None]:
+    """A batch message with fields other than its records: upb parses it, ``from_proto`` converts."""
+    refs: list[SchemaRefs | None] = [None]
+    codecs: dict = {}
+    out: list[Record | None] = []
+    for pb in _batch_message(message).records:
+        _convert_into(out.append, lambda: _from_pb(pb, store, refs, codecs), pb.position, len(out), failed)
+    return out
 
 
 def record_to_proto(record: Record, store: SchemaStore | None = None, structured: str = _AVRO) -> PbRecord:

@@ -10,9 +10,8 @@ cannot be sent at all and gets an error instead.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from ..pb.opencdc.v1 import opencdc_pb2
 from ..varint import uvarint as _varint
 
 _FIELD1 = b"\x0a"  # field 1, length-delimited
@@ -24,21 +23,14 @@ def too_big(size: int, limit: int) -> str:
     return f"record of {size} bytes exceeds the maximum record size of {limit} bytes"
 
 
-def encode_batches(
-    pbs: Sequence[opencdc_pb2.Record], limit: int, first_index: int = 0
+def frame_batches(
+    serialized: Sequence[bytes], limit: int, first_index: int = 0
 ) -> tuple[list[tuple[bytes, list[int]]], dict[int, str]]:
-    """Serialize ``pbs`` into messages of at most ``limit`` bytes.
+    """Records serialized one by one (``cdcflow.convert.protobuf.to_wire``) as messages of at most ``limit`` bytes.
 
     Returns ``(message bytes, indexes of the records in it)`` per message, and
     an error per index of a record too big to send. Indexes start at ``first_index``.
     """
-    return frame_batches([pb.SerializeToString() for pb in pbs], limit, first_index)
-
-
-def frame_batches(
-    serialized: Sequence[bytes], limit: int, first_index: int = 0
-) -> tuple[list[tuple[bytes, list[int]]], dict[int, str]]:
-    """:func:`encode_batches` for records already serialized (``cdcflow.convert.protobuf.to_wire``)."""
     budget = limit - _HEADROOM
     messages: list[tuple[bytes, list[int]]] = []
     oversized: dict[int, str] = {}
@@ -61,24 +53,38 @@ def frame_batches(
     return messages, oversized
 
 
-def split_ranges(pbs: Sequence[opencdc_pb2.Record], limit: int) -> tuple[list[tuple[int, int]], dict[int, str]]:
-    """Index ranges of ``pbs`` that fit one message each (for servers building messages)."""
-    budget = limit - _HEADROOM
-    ranges: list[tuple[int, int]] = []
-    oversized: dict[int, str] = {}
-    start, size = 0, 0
-    for i, pb in enumerate(pbs):
-        n = pb.ByteSize() + _FRAME
-        if n > budget:
-            if start < i:
-                ranges.append((start, i))
-            oversized[i] = too_big(n - _FRAME, limit)
-            start, size = i + 1, 0
-            continue
-        if size + n > budget and start < i:
-            ranges.append((start, i))
-            start, size = i, 0
-        size += n
-    if start < len(pbs):
-        ranges.append((start, len(pbs)))
-    return ranges, oversized
+def _ack_head(n: int) -> bytes:
+    """The bytes of a successful ack before its ``n``-byte position."""
+    if not n:
+        return _FIELD1 + b"\x00"
+    inner = _FIELD1 + _varint(n)
+    return _FIELD1 + _varint(len(inner) + n) + inner
+
+
+_ACK_HEADS: dict[int, bytes] = {}
+
+
+def encode_acks(positions: Sequence[bytes], errors: Mapping[int, str] | None = None) -> bytes:
+    """``Destination.Run.Response`` bytes acknowledging ``positions`` in order (``errors`` by index).
+
+    Canonical encoding (fields in number order, empty fields left out), the bytes
+    protobuf writes for the same message: the plugin answers with it, and the
+    host compares what arrives with it to check a whole message of acks at once.
+    """
+    parts: list[bytes] = []
+    if not errors:
+        heads = _ACK_HEADS
+        for position in positions:
+            head = heads.get(len(position))
+            if head is None:
+                head = heads[len(position)] = _ack_head(len(position))
+            parts += (head, position)
+        return b"".join(parts)
+    for i, position in enumerate(positions):
+        ack = b"".join((_FIELD1, _varint(len(position)), position)) if position else b""
+        error = errors.get(i)
+        if error:
+            text = error.encode()
+            ack = b"".join((ack, b"\x12", _varint(len(text)), text))
+        parts += (_FIELD1, _varint(len(ack)), ack)
+    return b"".join(parts)

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import grpc
 
-from ..convert.protobuf import from_proto, to_wire
+from ..convert.protobuf import from_proto, from_wire, to_wire
 from ..errors import PluginCrashedError
 from ..params import Parameter
 from ..pb.connector.v2 import destination_pb2, source_pb2, specifier_pb2
@@ -29,7 +29,7 @@ from ..pb.transform.v1 import transform_pb2
 from ..record import Record
 from ..schemas import SchemaStore, default_store
 from ..sdk import FILTERED, Destination, Failed, Result, Source, Transform
-from .framing import frame_batches
+from .framing import encode_acks, frame_batches
 from .process import HostOptions, PluginCallError, PluginProcess
 from .schema_service import host_services
 from .spec import CONNECTOR, TRANSFORM, PluginSpec, params_from_proto, settings_to_wire
@@ -118,11 +118,25 @@ def specify(path: str | Path, *, timeout: float = 10.0, options: HostOptions | N
 
 #: records converted per message while the plugin works on the previous one
 PIPELINE_RECORDS = 2_000
+#: ... except the first message of a batch: the plugin waits for it
+FIRST_MESSAGE_RECORDS = 500
+
+
+def _slices(n: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of the records of each message of an ``n``-record batch."""
+    start = 0
+    stop = min(n, FIRST_MESSAGE_RECORDS)
+    while start < n:
+        yield start, stop
+        start, stop = stop, min(n, stop + PIPELINE_RECORDS)
+_AckResponse = destination_pb2.Destination.Run.Response
 
 
 def _raw_stream(channel: grpc.Channel, method: str, response_type: Any) -> Any:
-    """A bidirectional stream whose requests are already-encoded message bytes."""
-    return channel.stream_stream(method, request_serializer=None, response_deserializer=response_type.FromString)
+    """A bidirectional stream whose requests are already-encoded message bytes (responses too
+    when ``response_type`` is None)."""
+    return channel.stream_stream(method, request_serializer=None,
+                                 response_deserializer=response_type.FromString if response_type else None)
 
 
 class _RequestStream:
@@ -255,17 +269,20 @@ class StandaloneSource(_PluginClient, Source):
     def open(self, position: bytes | None, partition: str = "") -> None:
         self._call(self._stub.Open, source_pb2.Source.Open.Request(position=position or b""), "Source.Open")
         self._requests = _RequestStream()
-        self._call_obj = self._stub.Run(iter(self._requests))
+        run = self.proc.channel.stream_stream(  # records arrive as message bytes: from_wire reads them
+            "/connector.v2.SourcePlugin/Run", request_serializer=source_pb2.Source.Run.Request.SerializeToString,
+            response_deserializer=None)
+        self._call_obj = run(iter(self._requests))
         self._reader = threading.Thread(target=self._receive, name=f"plugin-{self._name}-run", daemon=True)
         self._reader.start()
 
     def _receive(self) -> None:
         store = self.store
         try:
-            for resp in self._call_obj:
-                if not resp.records:
+            for data in self._call_obj:
+                records = from_wire(data, store)
+                if not records:
                     continue
-                records = from_proto(resp.records, store)
                 with self._cond:
                     self._buf.extend(records)
                     self._received_last = records[-1].position
@@ -343,8 +360,7 @@ class StandaloneDestination(_PluginClient, Destination):
     def open(self) -> None:
         self._call(self._stub.Open, destination_pb2.Destination.Open.Request(), "Destination.Open")
         self._requests = _RequestStream()
-        run = _raw_stream(self.proc.channel, "/connector.v2.DestinationPlugin/Run",
-                          destination_pb2.Destination.Run.Response)
+        run = _raw_stream(self.proc.channel, "/connector.v2.DestinationPlugin/Run", None)
         self._responses = run(iter(self._requests))
 
     def write(self, records: Sequence[Record]) -> Sequence[str | None] | None:
@@ -353,11 +369,13 @@ class StandaloneDestination(_PluginClient, Destination):
         store, mode, limit = self.store, self._structured(), self.options.max_record_size
         results: list[str | None] = [None] * len(records)
         expected: list[bytes] = []  # positions in the order they were sent
+        sizes: list[int] = []  # records per message sent
         failed = False
         # Convert and send in slices: the plugin decodes and writes one slice
-        # while the host converts the next.
-        for start in range(0, len(records), PIPELINE_RECORDS):
-            wire = to_wire(records[start:start + PIPELINE_RECORDS], store, structured=mode)
+        # while the host converts the next. The first slice is short, so the
+        # plugin starts early instead of idling while the host converts.
+        for start, stop in _slices(len(records)):
+            wire = to_wire(records[start:stop], store, structured=mode)
             messages, oversized = frame_batches(wire, limit, start)
             for i, err in oversized.items():
                 results[i] = err
@@ -365,8 +383,10 @@ class StandaloneDestination(_PluginClient, Destination):
             for data, indexes in messages:
                 self._requests.put(data)
                 expected.extend(records[i].position or b"" for i in indexes)
+                sizes.append(len(indexes))
         sent_index = [i for i in range(len(records)) if results[i] is None] if failed else None
-        k = 0
+        k = 0  # records acknowledged so far
+        m = k_m = 0  # the next message whose acks may come as one response, and its first record
         while k < len(expected):
             try:
                 resp = next(self._responses)
@@ -379,7 +399,13 @@ class StandaloneDestination(_PluginClient, Destination):
                     err = self.proc.crashed(
                         f"died with {len(expected) - k} records of the batch unacknowledged ({e.code().name})")
                 raise err from None
-            for ack in resp.acks:
+            while m < len(sizes) and k_m < k:
+                k_m += sizes[m]
+                m += 1
+            if k == k_m and m < len(sizes) and resp == encode_acks(expected[k:k + sizes[m]]):
+                k += sizes[m]  # the usual answer: every record of the next message written
+                continue
+            for ack in _AckResponse.FromString(resp).acks:
                 if k >= len(expected):
                     raise PluginCrashedError(self._name, "acknowledged more records than it was sent")
                 if ack.position != expected[k]:

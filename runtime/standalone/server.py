@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import shutil
 import signal
@@ -26,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
 import grpc
+from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ..convert.protobuf import from_proto, to_proto
+from ..convert.protobuf import from_wire, to_proto, to_wire
 from ..errors import CdcflowError, ConfigError
 from ..params import REDACTOR, Parameter, secret_values, validate
 from ..pb.connector.v2 import (
@@ -39,7 +41,7 @@ from ..record import Record
 from ..schemas import SchemaStore, default_store, set_default_store
 from ..sdk import ConnectorPlugin, Destination, Failed, Filtered, Source, Transform
 from . import handshake as hs
-from .framing import split_ranges
+from .framing import encode_acks, frame_batches
 from .schema_service import RemoteSchemaStore
 from .spec import CONNECTOR, TRANSFORM, params_to_proto
 
@@ -47,6 +49,10 @@ log = logging.getLogger("cdcflow.standalone.server")
 
 #: records asked of the source per read; the Run stream splits them by size
 READ_BATCH = 10_000
+#: at most this many records (whole request messages) go to one destination write
+WRITE_RECORDS = 10_000
+#: request messages decoded ahead of the destination's writes
+_INBOX_MESSAGES = 8
 _IDLE_MIN, _IDLE_MAX = 0.001, 0.1
 
 
@@ -122,20 +128,40 @@ def _fail(context: grpc.ServicerContext, what: str, e: BaseException) -> None:
     context.abort(code, f"{what}: {msg}")
 
 
-def _decode(pbs: Any, store: SchemaStore) -> tuple[list[Record | None], dict[int, str]]:
-    """Records of a request; a record that does not decode gets an error, the rest go on."""
-    try:
-        return list(from_proto(pbs, store)), {}
-    except Exception:  # noqa: BLE001 - find the culprit record by record
-        out: list[Record | None] = []
-        errors: dict[int, str] = {}
-        for i, pb in enumerate(pbs):
+class _Decoded:
+    """One request message's records (None where one did not decode) and why those did not."""
+
+    __slots__ = ("records", "failed")
+
+    def __init__(self, records: list[Record | None], failed: dict[int, tuple[bytes, Exception]]):
+        self.records, self.failed = records, failed
+
+
+_END = object()  # the host closed its side of the stream
+
+
+def _read_requests(requests: Iterator[bytes], store: SchemaStore, inbox: queue.Queue, done: threading.Event) -> None:
+    """Decode request messages into ``inbox`` until the stream ends; an exception ends it too."""
+    def put(item: Any) -> bool:
+        while not done.is_set():
             try:
-                out.append(from_proto([pb], store)[0])
-            except Exception as e:  # noqa: BLE001
-                out.append(None)
-                errors[i] = f"cannot decode record: {e}"
-        return out, errors
+                inbox.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for data in requests:
+            failed: dict[int, tuple[bytes, Exception]] = {}
+            if not put(_Decoded(from_wire(data, store, failed), failed)):
+                return
+    except grpc.RpcError:
+        pass  # the host went away; Run ends through its context
+    except Exception as e:  # noqa: BLE001 - reported by Run
+        put(e)
+        return
+    put(_END)
 
 
 class _Lifecycle:
@@ -226,7 +252,6 @@ class SourceServicer(source_pb2_grpc.SourcePluginServicer):
         threading.Thread(target=self._consume_acks, args=(request_iterator, acks_done, failure),
                          name="source-acks", daemon=True).start()
         idle = _IDLE_MIN
-        Response = source_pb2.Source.Run.Response
         while not self._stop.is_set() and context.is_active() and not failure:
             with self._lock:
                 if self._stop.is_set():
@@ -235,22 +260,22 @@ class SourceServicer(source_pb2_grpc.SourcePluginServicer):
                     batch = self._src.read(READ_BATCH)
                     if batch is None:
                         break  # a bounded source is done: stay quiet until Stop, like Conduit's sources
-                    pbs = to_proto(batch, store, structured="avro") if batch else []
+                    wire = to_wire(batch, store, structured="avro") if batch else []
                 except Exception as e:  # noqa: BLE001
                     _fail(context, "Source.Run", e)
-                if pbs:
-                    self._last = pbs[-1].position
-            if not pbs:
+                if wire:
+                    self._last = batch[-1].position
+            if not wire:
                 self._stop.wait(idle)
                 idle = min(idle * 2, _IDLE_MAX)
                 continue
             idle = _IDLE_MIN
-            ranges, oversized = split_ranges(pbs, self._max)
+            messages, oversized = frame_batches(wire, self._max)
             if oversized:
                 i, err = next(iter(oversized.items()))
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"record {pbs[i].position!r}: {err}")
-            for a, b in ranges:
-                yield Response(records=pbs[a:b])
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"record {batch[i].position!r}: {err}")
+            for data, _ in messages:
+                yield data
         # Keep the stream open until the host closed its side: acks may still come.
         while not acks_done.wait(0.2):
             if not context.is_active():
@@ -314,33 +339,71 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         return destination_pb2.Destination.Open.Response()
 
     def Run(self, request_iterator, context):
+        """Records in, acks out, one ack message per request message.
+
+        A reader thread decodes request N+1 while this thread writes request N;
+        requests that arrived while the destination wrote are written together
+        (one ``write``, so one sync, for several messages). Every ack leaves
+        only after the ``write`` holding its record returned.
+        """
         if self._dst is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Run before Open")
-        store = default_store()
-        Response = destination_pb2.Destination.Run.Response
-        for req in request_iterator:
-            pbs = req.records
-            records, errors = _decode(pbs, store)
-            good = [r for r in records if r is not None] if errors else records
-            try:
-                res = self._dst.write(good) if good else None
-                if res is not None and len(res) != len(good):
-                    raise CdcflowError(f"destination returned {len(res)} results for {len(good)} records")
-            except Exception as e:  # noqa: BLE001 - the whole batch failed: every record is nacked
-                msg = str(e) if isinstance(e, CdcflowError) else f"{type(e).__name__}: {e}"
-                log.error("write of %d records failed: %s", len(good), msg)
-                res = [msg] * len(good)
-            resp = Response()
-            acks = resp.acks
-            if res is None and not errors:
-                for pb in pbs:
-                    acks.add(position=pb.position)
-            else:
-                it = iter(res or [None] * len(good))
-                for i, pb in enumerate(pbs):
-                    err = errors.get(i) if i in errors else next(it)
-                    acks.add(position=pb.position, error=err or "")
-            yield resp
+        inbox: queue.Queue = queue.Queue(maxsize=_INBOX_MESSAGES)
+        done = threading.Event()
+        threading.Thread(target=_read_requests, args=(request_iterator, default_store(), inbox, done),
+                         name="destination-decode", daemon=True).start()
+        try:
+            ended = False
+            while not ended:
+                batch = [inbox.get()]
+                count = len(batch[0].records) if isinstance(batch[0], _Decoded) else 0
+                while count < WRITE_RECORDS:
+                    try:
+                        item = inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    batch.append(item)
+                    if not isinstance(item, _Decoded):
+                        break
+                    count += len(item.records)
+                tail = batch.pop() if not isinstance(batch[-1], _Decoded) else None
+                if batch:
+                    yield from self._write(batch)
+                if tail is _END:
+                    ended = True
+                elif tail is not None:
+                    _fail(context, "Destination.Run", tail)
+        finally:
+            done.set()
+
+    def _write(self, batch: list["_Decoded"]) -> Iterator[bytes]:
+        """Write the messages' records with one ``write``; their ack messages."""
+        good = [r for d in batch for r in d.records if r is not None]
+        # the positions as they arrived: a destination may change its records
+        sent = [[r.position if r is not None else d.failed[i][0] for i, r in enumerate(d.records)]
+                if d.failed else [r.position for r in d.records] for d in batch]
+        try:
+            res = self._dst.write(good) if good else None
+            if res is not None and len(res) != len(good):
+                raise CdcflowError(f"destination returned {len(res)} results for {len(good)} records")
+        except Exception as e:  # noqa: BLE001 - the whole write failed: every record in it is nacked
+            msg = str(e) if isinstance(e, CdcflowError) else f"{type(e).__name__}: {e}"
+            log.error("write of %d records failed: %s", len(good), msg)
+            res = [msg] * len(good)
+        results = iter(res) if res is not None else None
+        for d, positions in zip(batch, sent):
+            if results is None and not d.failed:
+                yield encode_acks(positions)
+                continue
+            errors: dict[int, str] = {}
+            for i, r in enumerate(d.records):
+                if r is None:
+                    errors[i] = f"cannot decode record: {d.failed[i][1]}"
+                elif results is not None:
+                    err = next(results)
+                    if err:
+                        errors[i] = err
+            yield encode_acks(positions, errors)
 
     def Stop(self, request, context):
         try:
@@ -405,8 +468,13 @@ class TransformServicer(transform_pb2_grpc.TransformPluginServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Process before Open")
         store = default_store()
         P = transform_pb2.Process
-        for req in request_iterator:
-            records, errors = _decode(req.records, store)
+        for data in request_iterator:
+            failed: dict[int, tuple[bytes, Exception]] = {}
+            try:
+                records = from_wire(data, store, failed)
+            except CdcflowError as e:  # the message itself is malformed
+                _fail(context, "Transform.Process", e)
+            errors = {i: f"cannot decode record: {e}" for i, (_, e) in failed.items()}
             good = [r for r in records if r is not None] if errors else records
             try:
                 res = self._t.process(good) if good else []
@@ -452,6 +520,33 @@ class TransformServicer(transform_pb2_grpc.TransformPluginServicer):
 
 
 # -- the process -----------------------------------------------------------------------
+def _add_service(
+    server: grpc.Server, servicer: Any, module: Any, service: str,
+    raw_requests: frozenset[str] | set[str] = frozenset(), raw_responses: frozenset[str] | set[str] = frozenset(),
+) -> None:
+    """Serve ``servicer`` as the generated ``add_*_to_server`` would, except that the methods named
+    in ``raw_requests`` / ``raw_responses`` take / give message bytes: the record streams, which
+    ``cdcflow.convert.protobuf.from_wire`` and ``framing`` read and write without message objects."""
+    descriptor = module.DESCRIPTOR.services_by_name[service]
+    handlers = {}
+    for method in descriptor.methods:
+        request = None if method.name in raw_requests else GetMessageClass(method.input_type).FromString
+        response = None if method.name in raw_responses else GetMessageClass(method.output_type).SerializeToString
+        make = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=request,
+                                     response_serializer=response)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))
+    server.add_registered_method_handlers(descriptor.full_name, handlers)
+
+
+_HANDLER_KINDS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
 def _bind(server: grpc.Server, env: Mapping[str, str]) -> tuple[str, str, str | None]:
     """Listen where the host asked; return (network, address, socket dir to remove)."""
     if env.get(hs.ENV_NETWORK, "tcp") == "unix":
@@ -542,16 +637,16 @@ def serve(target: Any, *, env: Mapping[str, str] | None = None, stdout: TextIO |
             on_shutdown, request_deserializer=lambda b: b, response_serializer=lambda b: b),
     }),))
     if plugin.kind == TRANSFORM:
-        transform_pb2_grpc.add_TransformPluginServicer_to_server(
-            TransformServicer(plugin, life, connector_id), server)
+        _add_service(server, TransformServicer(plugin, life, connector_id), transform_pb2, "TransformPlugin",
+                     raw_requests={"Process"})
     else:
         specifier_pb2_grpc.add_SpecifierPluginServicer_to_server(SpecifierServicer(plugin), server)
         if plugin.new_source is not None:
-            source_pb2_grpc.add_SourcePluginServicer_to_server(
-                SourceServicer(plugin, life, connector_id, max_size), server)
+            _add_service(server, SourceServicer(plugin, life, connector_id, max_size), source_pb2, "SourcePlugin",
+                         raw_responses={"Run"})
         if plugin.new_destination is not None:
-            destination_pb2_grpc.add_DestinationPluginServicer_to_server(
-                DestinationServicer(plugin, life, connector_id), server)
+            _add_service(server, DestinationServicer(plugin, life, connector_id), destination_pb2,
+                         "DestinationPlugin", raw_requests={"Run"}, raw_responses={"Run"})
 
     try:
         network, address, sock_dir = _bind(server, env)

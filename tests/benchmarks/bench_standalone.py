@@ -3,6 +3,9 @@
 The destination is the builtin ``file`` connector (JSON form, one write + fsync
 per batch). Records are ~1 KB: a raw payload, and a structured row of ten
 fields. Batches are what the runtime hands a destination (default 10 000).
+Besides records/s it prints the CPU time per record of the host process and
+of the plugin process (from /proc): on a loaded machine those are the steadier
+figures; the wall-clock ratio needs two idle cores (host and plugin overlap).
 
     .venv/bin/python tests/benchmarks/bench_standalone.py [--records N] [--batch N] [--network tcp|unix]
 """
@@ -10,6 +13,7 @@ fields. Batches are what the runtime hands a destination (default 10 000).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -37,12 +41,22 @@ def structured_records(n: int) -> list[Record]:
     return out
 
 
-def run(dest, records: list[Record], batch: int) -> float:
-    t0 = time.perf_counter()
+def plugin_cpu(dest) -> float:
+    """CPU seconds (user + system) the plugin process used so far; 0 in-process."""
+    proc = getattr(dest, "proc", None)
+    if proc is None:
+        return 0.0
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(dest, records: list[Record], batch: int) -> tuple[float, float, float]:
+    """Wall seconds, host CPU seconds, plugin CPU seconds."""
+    c0, p0, t0 = time.process_time(), plugin_cpu(dest), time.perf_counter()
     for i in range(0, len(records), batch):
         res = dest.write(records[i:i + batch])
         assert res is None, res
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0, plugin_cpu(dest) - p0
 
 
 def main() -> None:
@@ -54,7 +68,8 @@ def main() -> None:
     info = load_registry().connector("builtin:file")
     with tempfile.TemporaryDirectory() as tmp:
         launcher = export_launcher("builtin:file", Path(tmp) / "plugins")
-        print(f"{'payload':<12}{'mode':<14}{'records/s':>12}{'MB/s':>9}{'ratio':>8}")
+        print(f"{'payload':<12}{'mode':<14}{'records/s':>12}{'MB/s':>9}{'ratio':>8}"
+              f"{'host µs/rec':>13}{'plugin µs/rec':>15}")
         for label, make in (("raw 1KB", raw_records), ("structured", structured_records)):
             records = make(args.records)
             volume = sum(len(r.after) if isinstance(r.after, bytes) else 1024 for r in records) / 1e6
@@ -69,12 +84,14 @@ def main() -> None:
                 dest.configure(info.validate("destination", {"path": str(path)}))
                 dest.open()
                 run(dest, records[: args.batch], args.batch)  # warm-up: schemas, connections
-                elapsed = run(dest, records, args.batch)
+                elapsed, host_cpu, plug_cpu = run(dest, records, args.batch)
                 dest.stop(records[-1].position)
                 dest.teardown()
                 results[mode] = len(records) / elapsed
                 ratio = results[mode] / results["in-process"]
-                print(f"{label:<12}{mode:<14}{results[mode]:>12,.0f}{volume / elapsed:>9.1f}{ratio:>8.2f}")
+                per = 1e6 / len(records)
+                print(f"{label:<12}{mode:<14}{results[mode]:>12,.0f}{volume / elapsed:>9.1f}{ratio:>8.2f}"
+                      f"{host_cpu * per:>13.2f}{plug_cpu * per:>15.2f}")
 
 
 if __name__ == "__main__":

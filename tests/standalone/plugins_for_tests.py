@@ -135,3 +135,28 @@ class SchemaRegisteringTransform(Transform):
         out.metadata.update({"store": type(store).__name__, "subject": s.subject, "version": str(s.version),
                              "id": str(s.id), "same": str(again == s)})
         return out
+
+
+class GatedDestination(Destination):
+    """Logs each write's positions to ``path`` (one JSON list per write) after the file ``gate``
+    exists; records whose key is b"reject" get an error."""
+
+    def write(self, records: Sequence[Record]) -> Sequence[str | None] | None:
+        import time
+
+        while not os.path.exists(self.config["gate"]):
+            time.sleep(0.01)
+        _append(self.config["path"], [r.position.decode() for r in records])
+        results = ["rejected by test destination" if r.key == b"reject" else None for r in records]
+        return results if any(results) else None
+
+
+GATED_CONNECTOR = ConnectorPlugin(
+    name="gated",
+    version="v0.0.1",
+    destination=GatedDestination,
+    destination_params={
+        "path": Parameter(required=True, description="file each write's positions are logged to"),
+        "gate": Parameter(required=True, description="writes wait until this file exists"),
+    },
+)

@@ -1,0 +1,36 @@
+"""Message bytes the standalone path writes itself are what protobuf would write."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdcflow.pb.connector.v2 import destination_pb2
+from cdcflow.record import Record
+from cdcflow.convert.protobuf import to_wire
+from cdcflow.standalone.framing import encode_acks, frame_batches
+
+Response = destination_pb2.Destination.Run.Response
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=300), st.one_of(st.none(), st.text(max_size=200))), max_size=20))
+def test_ack_bytes_are_protobufs(acks):
+    expected = Response()
+    for position, error in acks:
+        expected.acks.add(position=position, error=error or "")
+    errors = {i: e for i, (_, e) in enumerate(acks) if e is not None}
+    assert encode_acks([p for p, _ in acks], errors) == expected.SerializeToString()
+    if not any(errors.values()):
+        assert encode_acks([p for p, _ in acks]) == expected.SerializeToString()
+
+
+def test_batches_split_at_the_limit_and_refuse_oversized_records():
+    records = [Record(position=str(i).encode(), after=b"x" * size) for i, size in enumerate([10, 700, 600, 5000, 10])]
+    messages, oversized = frame_batches(to_wire(records), 1200, first_index=7)
+    assert set(oversized) == {10} and "exceeds the maximum record size of 1200" in oversized[10]
+    assert [indexes for _, indexes in messages] == [[7, 8], [9, 11]]
+    for data, indexes in messages:
+        parsed = destination_pb2.Destination.Run.Request.FromString(data).records
+        assert [pb.position for pb in parsed] == [str(i - 7).encode() for i in indexes]
+        assert len(data) <= 1200
