@@ -154,8 +154,9 @@ class FileSource(Source):
             nl = buf.find(b"\n", pos)
             if nl < 0:
                 break
-            if buf[pos:nl].strip():
-                lines.append(buf[pos:nl])
+            line = buf[pos:nl]
+            if line and not line.isspace():
+                lines.append(line)
                 ends.append(nl + 1)
             pos = nl + 1
         return pos

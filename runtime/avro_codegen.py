@@ -12,6 +12,10 @@ and edge cases (malformed input, foreign logical types) stay exactly as before.
 
 Generated encoders append byte strings to a list (``b"".join`` at the end);
 decoders read from ``bytes`` at an index and return ``(value, index)``.
+
+:class:`Generator` (record functions, the strict value checks, compile) is shared
+with the other per-schema generators: the JSON form's writer and reader
+(``cdcflow.convert.jsonform``) and the TiCDC Avro row reader.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Unsupported(Exception):
     """The schema holds a type the generator leaves to fastavro (foreign logical types)."""
 
 
-class _Mismatch(Exception):
+class Mismatch(Exception):
     """Raised by generated code; the caller reruns the reference path for the precise error."""
 
 
@@ -54,7 +58,7 @@ def _read_varint_tail(d: bytes, p: int, b: int) -> tuple[int, int]:
             return z, p
         shift += 7
         if shift > 63:
-            raise _Mismatch("varint longer than 10 bytes")
+            raise Mismatch("varint longer than 10 bytes")
 
 
 def _f32_exact(v: float) -> bool:
@@ -62,7 +66,7 @@ def _f32_exact(v: float) -> bool:
 
 
 _BASE_NAMESPACE: dict[str, Any] = {
-    "_M": _Mismatch, "_VT": _VT, "_uv": _uvarint, "_rv": _read_varint_tail, "_Decimal": Decimal,
+    "_M": Mismatch, "_VT": _VT, "_uv": _uvarint, "_rv": _read_varint_tail, "_Decimal": Decimal,
     "_date": _dt.date, "_datetime": _dt.datetime, "_timedelta": _dt.timedelta, "_td": _dt.timedelta,
     "_fromord": _dt.date.fromordinal, "_EPOCH": _EPOCH, "_US": _US, "_EXACT": _EXACT,
     "_pd": struct.Struct("<d").pack, "_pf": struct.Struct("<f").pack, "_ud": struct.Struct("<d").unpack_from,
@@ -97,10 +101,11 @@ class _Source:
         self.lines.append("    " * indent + line)
 
 
-class _Generator:
-    """What the encoder and decoder generators share: one generated function per record
+class Generator:
+    """What the per-schema generators share (Avro encoder and decoder here, the JSON form's
+    writer and reader in ``cdcflow.convert.jsonform``): one generated function per record
     node (named on first use, its body written after the caller's, so recursive schemas
-    work) and the final compile of the module text."""
+    work), the strict value checks, and the final compile of the module text."""
 
     record_prefix = ""  # name prefix of the generated record functions
     label = ""  # file name the generated code reports in tracebacks
@@ -128,11 +133,85 @@ class _Generator:
         exec(compile("\n".join(self.src.lines), self.label, "exec"), namespace)  # noqa: S102
         return namespace[name]
 
+    # -- the strict checks (what ``avro_values._Node.enc`` accepts, inline) --------------------
+    def condition(self, node: Any, x: str) -> str | None:
+        """An expression true exactly when ``x`` is a valid value of a scalar ``node`` (None: not scalar)."""
+        kind, s = node.kind, self.src
+        if kind == "null":
+            return f"{x} is None"
+        if kind == "boolean":
+            return f"type({x}) is bool"
+        if kind == "int":
+            return f"type({x}) is int and {INT32_MIN} <= {x} <= {INT32_MAX}"
+        if kind == "long":
+            return f"type({x}) is int and {INT64_MIN} <= {x} <= {INT64_MAX}"
+        if kind == "float":
+            return f"type({x}) is float and _f32ok({x})"
+        if kind == "double":
+            return f"type({x}) is float"
+        if kind == "bytes":
+            return f"type({x}) is bytes"
+        if kind == "string":
+            return f"type({x}) is str"
+        if kind == "bigint":
+            precision = int(node.avro.get("precision") or 0)
+            if precision <= 0:
+                return f"type({x}) is int"
+            limit = s.const(10 ** precision, "_lim")
+            return f"type({x}) is int and -{limit} < {x} < {limit}"
+        if kind == "decimal":  # the scale exactly, at most ``precision`` digits, no negative zero
+            precision, scale = int(node.avro["precision"]), int(node.avro.get("scale", 0))
+            t = s.var("t")
+            return (f"type({x}) is _Decimal and ({t} := {x}.as_tuple())[2] == {-scale} and len({t}[1]) <= {precision}"
+                    f" and not ({t}[0] and not any({t}[1]))")
+        if kind == "decimal_text":
+            return f"type({x}) is _Decimal"
+        if kind == "date":
+            return f"type({x}) is _date"
+        if kind == "datetime":
+            return f"type({x}) is _datetime and {x}.tzinfo is None"
+        if kind == "time":
+            return f"type({x}) is _timedelta and _I64MIN <= {x} // _US <= _I64MAX"
+        if kind == "enum":
+            symbols = s.const(frozenset(node.avro["symbols"]), "_sym")
+            return f"type({x}) is str and {x} in {symbols}"
+        if kind == "fixed":
+            return f"type({x}) is bytes and len({x}) == {int(node.avro['size'])}"
+        return None
+
+    def check(self, node: Any, x: str, i: int) -> bool:
+        """Emit ``raise _M`` unless ``x`` is a valid value of scalar ``node``; False if ``node`` is not scalar."""
+        cond = self.condition(node, x)
+        if cond is None:
+            return False
+        self.src.emit(i, f"if not ({cond}):")
+        self.src.emit(i + 1, "raise _M")
+        return True
+
+    @staticmethod
+    def union_branches(node: Any, foreign_ok: bool = False) -> tuple[list, list, Any]:
+        """(scalar branches, container branches, catch-all branch or None), each as (index, node).
+
+        The reference picks the first branch that accepts a value. Scalar and container branches
+        never accept the same value, so generated code tests scalars first (in order), then
+        containers (in order). A foreign logical type accepts anything: it ends the union (the
+        branches after it are never picked). Unsupported when ``foreign_ok`` is False.
+        """
+        scalars, containers, catch_all = [], [], None
+        for index, branch in enumerate(node.branches):
+            if branch.kind == "foreign":
+                if not foreign_ok:
+                    raise Unsupported("a logical type cdcflow does not model")
+                catch_all = (index, branch)
+                break
+            (scalars if branch.kind in _SCALAR_KINDS else containers).append((index, branch))
+        return scalars, containers, catch_all
+
 
 # ---------------------------------------------------------------------------
 # Encoders
 # ---------------------------------------------------------------------------
-class _EncoderGen(_Generator):
+class _EncoderGen(Generator):
     record_prefix = "_enc_rec"
     label = "<cdcflow avro encoder>"
 
@@ -156,49 +235,6 @@ class _EncoderGen(_Generator):
             s.emit(1, f"{x} = v[{orig!r}]")
             self.value(field, x, 1)
         s.emit(1, "return None")
-
-    def condition(self, node: Any, x: str) -> str | None:
-        """An expression true exactly when ``x`` is a valid value of a scalar ``node`` (None: not scalar)."""
-        kind, s = node.kind, self.src
-        if kind == "null":
-            return f"{x} is None"
-        if kind == "boolean":
-            return f"type({x}) is bool"
-        if kind == "int":
-            return f"type({x}) is int and _I32MIN <= {x} <= _I32MAX"
-        if kind == "long":
-            return f"type({x}) is int and _I64MIN <= {x} <= _I64MAX"
-        if kind == "float":
-            return f"type({x}) is float and _f32ok({x})"
-        if kind == "double":
-            return f"type({x}) is float"
-        if kind == "bytes":
-            return f"type({x}) is bytes"
-        if kind == "string":
-            return f"type({x}) is str"
-        if kind == "bigint":
-            precision = int(node.avro.get("precision") or 0)
-            if precision <= 0:
-                return f"type({x}) is int"
-            limit = s.const(10 ** precision, "_lim")
-            return f"type({x}) is int and -{limit} < {x} < {limit}"
-        if kind == "decimal":
-            fits = s.const(_decimal_fits(int(node.avro["precision"]), int(node.avro.get("scale", 0))), "_fits")
-            return f"type({x}) is _Decimal and {fits}({x})"
-        if kind == "decimal_text":
-            return f"type({x}) is _Decimal"
-        if kind == "date":
-            return f"type({x}) is _date"
-        if kind == "datetime":
-            return f"type({x}) is _datetime and {x}.tzinfo is None"
-        if kind == "time":
-            return f"type({x}) is _timedelta and _I64MIN <= {x} // _US <= _I64MAX"
-        if kind == "enum":
-            symbols = s.const(frozenset(node.avro["symbols"]), "_sym")
-            return f"type({x}) is str and {x} in {symbols}"
-        if kind == "fixed":
-            return f"type({x}) is bytes and len({x}) == {int(node.avro['size'])}"
-        return None
 
     def _long(self, z: str, expr: str, i: int) -> None:
         """Write the zig-zag varint of the int expression ``expr``."""
@@ -271,20 +307,7 @@ class _EncoderGen(_Generator):
         kind, s = node.kind, self.src
         if kind == "foreign":
             raise Unsupported("a logical type cdcflow does not model")
-        if kind == "decimal":  # one as_tuple() for the check, then write
-            precision, scale = int(node.avro["precision"]), int(node.avro.get("scale", 0))
-            t = s.var("t")
-            s.emit(i, f"if type({x}) is not _Decimal:")
-            s.emit(i + 1, "raise _M")
-            s.emit(i, f"{t} = {x}.as_tuple()")
-            s.emit(i, f"if {t}[2] != {-scale} or len({t}[1]) > {precision} or ({t}[0] and not any({t}[1])):")
-            s.emit(i + 1, "raise _M")
-            self.write_checked(node, x, i)
-            return
-        cond = self.condition(node, x)
-        if cond is not None:
-            s.emit(i, f"if not ({cond}):")
-            s.emit(i + 1, "raise _M")
+        if self.check(node, x, i):
             self.write_checked(node, x, i)
             return
         if kind == "record":
@@ -318,14 +341,9 @@ class _EncoderGen(_Generator):
             raise Unsupported(kind)
 
     def _union(self, node: Any, x: str, i: int) -> None:
-        """First branch that accepts the value, as the reference does. Scalar and container branches
-        never accept the same value, so scalars are tested first (in order), then containers (in order)."""
+        """First branch that accepts the value, as the reference does (see ``union_branches``)."""
         s = self.src
-        scalars, containers = [], []
-        for index, branch in enumerate(node.branches):
-            if branch.kind == "foreign":
-                raise Unsupported("a logical type cdcflow does not model")
-            (scalars if branch.kind in _SCALAR_KINDS else containers).append((index, branch))
+        scalars, containers, _ = self.union_branches(node)
         keyword = "if"
         for index, branch in scalars:
             s.emit(i, f"{keyword} {self.condition(branch, x)}:")
@@ -351,18 +369,10 @@ class _EncoderGen(_Generator):
         s.emit(inner, "raise _M")
 
 
-def _decimal_fits(precision: int, scale: int) -> Callable[[Decimal], bool]:
-    def fits(v: Decimal) -> bool:
-        sign, digits, exp = v.as_tuple()
-        return exp == -scale and len(digits) <= precision and not (sign and not any(digits))
-
-    return fits
-
-
 # ---------------------------------------------------------------------------
 # Decoders
 # ---------------------------------------------------------------------------
-class _DecoderGen(_Generator):
+class _DecoderGen(Generator):
     record_prefix = "_dec_rec"
     label = "<cdcflow avro decoder>"
 

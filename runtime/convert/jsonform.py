@@ -15,6 +15,12 @@ and the reader restores bytes, Decimal, dates, times and floats from it.
 Without a store, or for data without a reference, the reader returns plain
 JSON types. A union whose branches JSON cannot tell apart (say text and bytes
 in one list) is written in Avro's JSON union form ``{"bytes": "..."}``.
+
+Speed: per Avro schema (cached by fingerprint) one generated writer checks a
+value against the schema and builds its JSON form in one pass, and one
+generated reader checks and restores it (``cdcflow.avro_codegen.Generator``
+supplies the machinery and the strict checks the Avro encoder uses). A record
+whose metadata names a schema its values fit keeps its metadata dict as is.
 """
 
 from __future__ import annotations
@@ -22,18 +28,27 @@ from __future__ import annotations
 import json
 import math
 import re
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
 import orjson
 
+from ..avro_codegen import Generator
 from ..avro_values import Codec, INT64_MIN
 from ..errors import ConversionError, SchemaError
+from ..record import META_KEY_SCHEMA_SUBJECT as _KEY_SUBJECT
+from ..record import META_KEY_SCHEMA_VERSION as _KEY_VERSION
+from ..record import META_PAYLOAD_SCHEMA_SUBJECT as _PAYLOAD_SUBJECT
+from ..record import META_PAYLOAD_SCHEMA_VERSION as _PAYLOAD_VERSION
 from ..record import Operation, Record
 from ..schemas import SchemaStore
+from ..tidb import parse_date as _tidb_date
+from ..tidb import parse_datetime as _tidb_datetime
+from ..tidb import parse_time as _tidb_time
 from .schemaref import (
     KEY,
     META_KEYS,
+    META_SCHEMA_DERIVED,
     PAYLOAD,
     SchemaRefs,
     drop_refs,
@@ -45,20 +60,23 @@ from .schemaref import (
 from .textforms import (
     TEXT_FORMS,
     b64,
+    decimal_text,
     parse_date,
     parse_datetime,
     parse_decimal,
     parse_time,
+    time_text,
     unb64,
 )
 
 UINT64_MAX = (1 << 64) - 1
 _NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_BIG_INT = re.compile(rb"\d{19}")  # orjson reads integers past 64 bits as floats; such lines use json
+_OPERATIONS = {op.text: op for op in Operation}
+_OPERATION_TEXT = {op: op.text for op in Operation}
 
 
 # ---------------------------------------------------------------------------
-# Values -> JSON
+# Values -> JSON without a schema
 # ---------------------------------------------------------------------------
 def jsonable(value: Any, path: str = "$") -> Any:
     """The value with only JSON types (orjson ``Fragment`` for ints past 64 bits)."""
@@ -66,11 +84,9 @@ def jsonable(value: Any, path: str = "$") -> Any:
     if value is None or t is str or t is bool:
         return value
     if t is int:
-        return value if INT64_MIN <= value <= UINT64_MAX else orjson.Fragment(str(value).encode())
+        return value if INT64_MIN <= value <= UINT64_MAX else _big_int(value)
     if t is float:
-        if math.isfinite(value):
-            return value
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+        return value if value - value == 0.0 else _nonfinite(value)
     if t is dict:
         out = {}
         for k, v in value.items():
@@ -86,16 +102,17 @@ def jsonable(value: Any, path: str = "$") -> Any:
     raise ConversionError(f"unsupported value type {t.__name__}", path=path, value=value)
 
 
-# ---------------------------------------------------------------------------
-# Schema-guided JSON plans (compiled once per codec)
-# ---------------------------------------------------------------------------
-class _Bad(Exception):
-    def __init__(self, message: str, value: Any = None):
-        self.message = message
-        self.value = value
-        self.path: list[str] = []
+def _nonfinite(value: float) -> str:
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
 
 
+def _big_int(value: int) -> orjson.Fragment:
+    return orjson.Fragment(str(value).encode())
+
+
+# ---------------------------------------------------------------------------
+# Schema-guided JSON code (generated once per schema)
+# ---------------------------------------------------------------------------
 _GROUP = {
     "null": "null", "boolean": "boolean", "long": "integer", "int": "integer", "bigint": "integer",
     "double": "float", "float": "float", "record": "object", "map": "object", "array": "array",
@@ -107,6 +124,7 @@ def _group(node: Any) -> str:
 
 
 def _ambiguous(branches: list) -> bool:
+    """Can a reader not tell the union's branches apart by the JSON type of a value?"""
     groups = [_group(b) for b in branches if b.kind != "null"]
     if len(groups) != len(set(groups)):
         objects = [b for b in branches if _group(b) == "object"]
@@ -118,196 +136,258 @@ def _ambiguous(branches: list) -> bool:
     return "float" in groups and "string" in groups  # NaN is written as text
 
 
-class _JsonPlan:
-    """``write(native) -> json-able`` and ``read(json) -> native`` for one schema."""
+class _WriterGen(Generator):
+    """``write(native) -> json-able``: the schema's strict checks and the JSON form in one pass.
 
-    def __init__(self, codec: Codec):
-        self._memo: dict[int, tuple[Callable, Callable]] = {}
-        self.guided = False  # does writing need the schema (an ambiguous union)?
-        self._write, self._read = self._compile(codec.root)
+    Raises ``_M`` (or KeyError) when the value does not fit; the caller asks the reference
+    check (``Codec.prepare``) for the precise error. A value whose JSON form is itself
+    (strings, 64-bit ints, booleans, null, containers of those) is returned as is, not copied.
+    """
 
-    def write(self, value: Any) -> Any:
-        return self._write(value) if self.guided else jsonable(value)
+    record_prefix = "_jw_rec"
+    label = "<cdcflow JSON writer>"
 
-    def read(self, value: Any) -> Any:
-        try:
-            return self._read(value)
-        except _Bad as b:
-            raise ConversionError(b.message, path="$" + "".join(reversed(b.path)), value=b.value) from None
+    def __init__(self) -> None:
+        super().__init__()
+        self.src.ns.update({
+            "_nonfinite": _nonfinite, "_big": _big_int, "_b64": b64, "_dectext": decimal_text,
+            "_timetext": time_text, "_jsonable": jsonable, "_U64MAX": UINT64_MAX,
+        })
+        self._native_memo: dict[int, bool] = {}
 
-    def _compile(self, node: Any) -> tuple[Callable, Callable]:
-        hit = self._memo.get(id(node))
-        if hit is not None:
-            return hit
-        kind = node.kind
-        if kind == "record":
-            # placeholder first: recursive schemas refer back to themselves
-            cell: list = []
-            self._memo[id(node)] = (lambda v: cell[0](v), lambda j: cell[1](j))
-            cell.extend(self._record(node))
-            self._memo[id(node)] = (cell[0], cell[1])
-            return cell[0], cell[1]
-        if kind == "array":
-            item_w, item_r = self._compile(node.items)
-            out = (_array_writer(item_w), _array_reader(item_r))
-        elif kind == "map":
-            val_w, val_r = self._compile(node.values)
-            out = (_map_writer(val_w), _map_reader(val_r))
-        elif kind == "union":
-            out = self._union(node)
+    def build(self, root: Any) -> Callable[[Any], Any]:
+        if root.kind == "record":
+            name = self.record_function(root)
         else:
-            out = (jsonable, _SCALAR_READERS.get(kind, _read_any))
-        self._memo[id(node)] = out
+            name = self.src.var("_jw_root")
+            self.src.emit(0, f"def {name}(v):")
+            self.src.emit(1, f"return {self.value(root, 'v', 1)}")
+        return self._finish(name)
+
+    def native(self, node: Any, stack: tuple = ()) -> bool:
+        """Is every valid value of ``node`` its own JSON form? (Recursion: assumed yes while on the stack.)"""
+        if not stack:
+            hit = self._native_memo.get(id(node))
+            if hit is not None:
+                return hit
+        kind = node.kind
+        if kind in ("null", "boolean", "int", "long", "string", "enum", "date"):
+            out = True
+        elif kind == "record":
+            out = id(node) in stack or all(self.native(f, stack + (id(node),)) for _, _, f in node.fields)
+        elif kind == "array":
+            out = self.native(node.items, stack)
+        elif kind == "map":
+            out = self.native(node.values, stack)
+        elif kind == "union":
+            scalars, containers, catch_all = self.union_branches(node, foreign_ok=True)
+            out = catch_all is None and not _ambiguous(node.branches) and all(
+                self.native(b, stack) for _, b in scalars + containers)
+        else:
+            out = False
+        if not stack:
+            self._native_memo[id(node)] = out
         return out
 
-    def _record(self, node: Any) -> tuple[Callable, Callable]:
-        fields = [(orig, *self._compile(f)) for orig, _, f in node.fields]
-        names = frozenset(orig for orig, _, _ in fields)
+    def _record_body(self, node: Any) -> None:
+        s = self.src
+        s.emit(0, f"def {self.functions[id(node)]}(v):")
+        s.emit(1, f"if type(v) is not dict or len(v) != {len(node.fields)}:")
+        s.emit(2, "raise _M")
+        converted = []
+        for orig, _, field in node.fields:
+            x = s.var("x")
+            s.emit(1, f"{x} = v[{orig!r}]")
+            y = self.value(field, x, 1)
+            if y != x:
+                converted.append((orig, y))
+        if not converted:  # every field is its own JSON form (or the record is, recursively)
+            s.emit(1, "return v")
+            return
+        # a copy with the converted fields replaced: cheaper than building every field, and the
+        # JSON keeps the value's key order
+        s.emit(1, "o = v.copy()")
+        for orig, y in converted:
+            s.emit(1, f"o[{orig!r}] = {y}")
+        s.emit(1, "return o")
 
-        def write(v: dict) -> dict:
-            return {orig: w(v[orig]) for orig, w, _ in fields}
+    @staticmethod
+    def convert(node: Any, x: str) -> str:
+        """The JSON form of ``x``, a value already checked against the scalar ``node``.
 
-        def read(j: Any) -> dict:
-            if type(j) is not dict:
-                raise _Bad(f"expected an object, got {type(j).__name__}", j)
-            if len(j) != len(names) or not names.issuperset(j):
-                raise _Bad(f"object keys {sorted(j)} do not match the schema's {sorted(names)}", j)
-            out = {}
-            for orig, _, r in fields:
-                try:
-                    out[orig] = r(j[orig])
-                except _Bad as b:
-                    b.path.append(f".{orig}")
-                    raise
-            return out
+        The text forms are ``cdcflow.convert.textforms``'s. Datetimes inline: a checked naive
+        ``datetime`` is exactly what ``format_datetime`` accepts. A ``date`` stays as it is: orjson
+        writes it as ``YYYY-MM-DD``, the same text (tests compare them).
+        """
+        kind = node.kind
+        if kind == "null":
+            return "None"
+        if kind in ("boolean", "int", "long", "string", "enum", "date"):
+            return x
+        if kind in ("float", "double"):
+            return f"({x} if {x} - {x} == 0.0 else _nonfinite({x}))"
+        if kind in ("bytes", "fixed"):
+            return f"_b64({x})"
+        if kind == "bigint":
+            return f"({x} if _I64MIN <= {x} <= _U64MAX else _big({x}))"
+        if kind == "decimal":  # finite, exponent == -scale <= 0: plain notation keeps the scale
+            return f"format({x}, 'f')"
+        if kind == "decimal_text":
+            return f"_dectext({x})"
+        if kind == "datetime":
+            return f"{x}.isoformat(' ')"
+        if kind == "time":
+            return f"_timetext({x})"
+        raise AssertionError(f"not a scalar kind: {kind}")  # pragma: no cover
 
-        return write, read
+    def value(self, node: Any, x: str, i: int) -> str:
+        """Emit the check of ``x`` against ``node``; return the expression of its JSON form."""
+        kind, s = node.kind, self.src
+        if kind == "foreign":  # a logical type cdcflow does not model: accepts anything, as the reference
+            y = s.var("y")
+            s.emit(i, f"{y} = _jsonable({x})")
+            return y
+        if kind == "decimal" and 0 < int(node.avro.get("scale", 0)) <= 6:
+            return self._decimal(node, x, i)
+        if self.check(node, x, i):
+            return self.convert(node, x)
+        if kind == "record":
+            if self.native(node):
+                s.emit(i, f"{self.record_function(node)}({x})")
+                return x
+            y = s.var("y")
+            s.emit(i, f"{y} = {self.record_function(node)}({x})")
+            return y
+        if kind in ("array", "map"):
+            return self._container(node, x, i)
+        if kind == "union":
+            return self._union(node, x, i)
+        raise AssertionError(f"unknown kind {kind}")  # pragma: no cover
 
-    def _union(self, node: Any) -> tuple[Callable, Callable]:
-        branches = node.branches
-        compiled = [(b, *self._compile(b)) for b in branches]
-        if _ambiguous(branches):
-            self.guided = True
-            by_label = {b.branch: r for b, _, r in compiled}
+    def _decimal(self, node: Any, x: str, i: int, typed: bool = False) -> str:
+        """A decimal(p, s) with 0 < s <= 6, checked on its text (cheaper than ``as_tuple``).
 
-            def write(v: Any) -> Any:
-                for b, w, _ in compiled:
-                    try:
-                        b.enc(v)
-                    except Exception:
-                        continue
-                    return None if b.kind == "null" else {b.branch: w(v)}
-                raise ConversionError(f"value fits no branch of {[b.branch for b in branches]}", value=v)
+        ``str`` of a finite Decimal is plain notation exactly when its exponent is <= 0 and its
+        adjusted exponent >= -6, so plain text with the point ``s`` places from the end has
+        exponent ``-s``; then it is also ``format(v, 'f')``. At most ``p`` digits in the text
+        means at most ``p`` in the coefficient; a minus sign needs a non-zero value. Anything
+        else (more digits in the text than the coefficient has, say ``0.12`` for decimal(2, 2))
+        takes the exact test.
+        """
+        s = self.src
+        precision, scale = int(node.avro["precision"]), int(node.avro["scale"])
+        y = s.var("y")
+        if not typed:  # (``typed``: the caller tested the type already)
+            s.emit(i, f"if type({x}) is not _Decimal:")
+            s.emit(i + 1, "raise _M")
+        s.emit(i, f"{y} = str({x})")
+        s.emit(i, f"if not (len({y}) > {scale} and {y}[{-scale - 1}] == '.' and 'E' not in {y}"
+                  f" and len({y}) <= {precision + 1} + ({y}[0] == '-') and ({y}[0] != '-' or {x})):")
+        s.emit(i + 1, f"if not ({self.condition(node, x)}):")
+        s.emit(i + 2, "raise _M")
+        return y
 
-            def read(j: Any) -> Any:
-                if j is None and "null" in by_label:
-                    return None
-                if type(j) is not dict or len(j) != 1:
-                    raise _Bad(f"expected a one-key union object naming one of {sorted(by_label)}", j)
-                ((label, inner),) = j.items()
-                r = by_label.get(label)
-                if r is None:
-                    raise _Bad(f"union branch {label!r} is not one of {sorted(by_label)}", j)
-                return r(inner)
+    def _container(self, node: Any, x: str, i: int) -> str:
+        s = self.src
+        is_map = node.kind == "map"
+        inner = node.values if is_map else node.items
+        s.emit(i, f"if type({x}) is not {'dict' if is_map else 'list'}:")
+        s.emit(i + 1, "raise _M")
+        item = s.var("x")
+        native = self.native(inner)
+        y = x if native else s.var("y")
+        if not native:
+            s.emit(i, f"{y} = {{}}" if is_map else f"{y} = []")
+        if is_map:
+            k = s.var("k")
+            s.emit(i, f"for {k}, {item} in {x}.items():")
+            s.emit(i + 1, f"if type({k}) is not str:")
+            s.emit(i + 2, "raise _M")
+        else:
+            s.emit(i, f"for {item} in {x}:")
+        e = self.value(inner, item, i + 1)
+        if not native:
+            s.emit(i + 1, f"{y}[{k}] = {e}" if is_map else f"{y}.append({e})")
+        return y
 
-            return write, read
+    def _union(self, node: Any, x: str, i: int) -> str:
+        s = self.src
+        scalars, containers, catch_all = self.union_branches(node, foreign_ok=True)
+        if not containers and catch_all is None and self.native(node):  # say [null, long]: one test
+            s.emit(i, f"if not ({' or '.join(f'({self.condition(b, x)})' for _, b in scalars)}):")
+            s.emit(i + 1, "raise _M")
+            return x
+        guided = _ambiguous(node.branches)
 
-        by_group: dict[str, list] = {}
-        for b, _, r in compiled:
-            by_group.setdefault(_group(b), []).append((b, r))
+        def labelled(branch: Any, expr: str) -> str:
+            if not guided:
+                return expr
+            return "None" if branch.kind == "null" else f"{{{branch.branch!r}: {expr}}}"
 
-        def write(v: Any) -> Any:
-            for b, w, _ in compiled:
-                try:
-                    b.enc(v)
-                except Exception:
-                    continue
-                return w(v)
-            raise ConversionError(f"value fits no branch of {[b.branch for b in branches]}", value=v)
-
-        def read(j: Any) -> Any:
-            t = type(j)
-            if j is None:
-                group = "null"
-            elif t is bool:
-                group = "boolean"
-            elif t is int:
-                group = "integer" if "integer" in by_group else "float"
-            elif t is float:
-                group = "float"
-            elif t is str:
-                group = "string" if "string" in by_group else "float"
-            elif t is dict:
-                group = "object"
-            elif t is list:
-                group = "array"
+        y = s.var("y")
+        keyword = "if"
+        for _, branch in scalars:
+            if branch.kind == "decimal" and 0 < int(branch.avro.get("scale", 0)) <= 6 and catch_all is None and (
+                    len(scalars) == 2 and scalars[0][1].kind == "null"):  # [null, decimal]: no other branch takes
+                # a Decimal, so the text check may refuse it outright
+                s.emit(i, f"{keyword} type({x}) is _Decimal:")
+                s.emit(i + 1, f"{y} = {labelled(branch, self._decimal(branch, x, i + 1, typed=True))}")
             else:
-                group = "?"
-            candidates = by_group.get(group)
-            if not candidates:
-                raise _Bad(f"JSON {t.__name__} fits no branch of {[b.branch for b in branches]}", j)
-            if len(candidates) > 1:  # records told apart by their key sets
-                for b, r in candidates:
-                    if b.kind == "record" and len(j) == len(b.fields) and all(o in j for o, _, _ in b.fields):
-                        return r(j)
-            return candidates[0][1](j)
-
-        return write, read
-
-
-def _array_writer(item_w: Callable) -> Callable:
-    return lambda v: [item_w(x) for x in v]
-
-
-def _array_reader(item_r: Callable) -> Callable:
-    def read(j: Any) -> list:
-        if type(j) is not list:
-            raise _Bad(f"expected an array, got {type(j).__name__}", j)
-        out = []
-        for i, x in enumerate(j):
-            try:
-                out.append(item_r(x))
-            except _Bad as b:
-                b.path.append(f"[{i}]")
-                raise
-        return out
-
-    return read
+                s.emit(i, f"{keyword} {self.condition(branch, x)}:")
+                s.emit(i + 1, f"{y} = {labelled(branch, self.convert(branch, x))}")
+            keyword = "elif"
+        inner = i
+        if scalars:
+            s.emit(i, "else:")
+            inner = i + 1
+        for _, branch in containers:
+            s.emit(inner, "try:")
+            s.emit(inner + 1, f"{y} = {labelled(branch, self.value(branch, x, inner + 1))}")
+            s.emit(inner, "except (_M, KeyError):")
+            inner += 1
+        if catch_all is not None:
+            s.emit(inner, f"{y} = {labelled(catch_all[1], f'_jsonable({x})')}")
+        else:
+            s.emit(inner, "raise _M")
+        return y
 
 
-def _map_writer(val_w: Callable) -> Callable:
-    return lambda v: {k: val_w(x) for k, x in v.items()}
+class _Bad(Exception):
+    """Raised by generated readers; the path is collected while unwinding."""
+
+    def __init__(self, message: str, value: Any = None):
+        self.message = message
+        self.value = value
+        self.path: list[str] = []
 
 
-def _map_reader(val_r: Callable) -> Callable:
-    def read(j: Any) -> dict:
-        if type(j) is not dict:
-            raise _Bad(f"expected an object, got {type(j).__name__}", j)
-        out = {}
-        for k, x in j.items():
-            try:
-                out[k] = val_r(x)
-            except _Bad as b:
-                b.path.append(f".{k}")
-                raise
-        return out
-
-    return read
+def _bad_keys(j: dict, names: frozenset) -> None:
+    raise _Bad(f"object keys {sorted(j)} do not match the schema's {sorted(names)}", j)
 
 
-def _typed(expected: type, what: str) -> Callable:
-    def read(j: Any) -> Any:
-        if type(j) is not expected:
-            raise _Bad(f"expected {what}, got {type(j).__name__}", j)
-        return j
-
-    return read
+def _bad_type(what: str, j: Any) -> None:
+    raise _Bad(f"expected {what}, got {type(j).__name__}", j)
 
 
-def _read_null(j: Any) -> None:
-    if j is not None:
-        raise _Bad(f"expected null, got {type(j).__name__}", j)
-    return None
+def _bad_union(labels: list, j: Any) -> None:
+    raise _Bad(f"JSON {type(j).__name__} fits no branch of {labels}", j)
+
+
+def _bad_union_object(labels: list, j: Any) -> None:
+    raise _Bad(f"expected a one-key union object naming one of {labels}", j)
+
+
+def _bad_label(label: str, labels: list, j: Any) -> None:
+    raise _Bad(f"union branch {label!r} is not one of {labels}", j)
+
+
+def _bad_text(parse: Callable[[str, str], Any], j: str) -> None:
+    """Raise the textforms parser's own message for text the fast parse refused."""
+    try:
+        parse(j, "")
+    except ConversionError as e:
+        raise _Bad(str(e), j) from None
+    raise _Bad(f"invalid text {j!r}", j)  # pragma: no cover - both parsers refuse the same texts
 
 
 def _read_float(j: Any) -> float:
@@ -321,103 +401,449 @@ def _read_float(j: Any) -> float:
     raise _Bad(f"expected a number, got {t.__name__}", j)
 
 
-def _text_reader(parse: Callable[[str, str], Any], what: str) -> Callable:
-    def read(j: Any) -> Any:
-        if type(j) is not str:
-            raise _Bad(f"expected {what} text, got {type(j).__name__}", j)
-        try:
-            return parse(j, "")
-        except ConversionError as e:
-            raise _Bad(str(e), j) from None
+def _read_b64(j: Any) -> bytes:
+    if type(j) is not str:
+        raise _Bad(f"expected base64 text, got {type(j).__name__}", j)
+    if not j:
+        return b""
+    try:
+        return unb64(j)
+    except ConversionError as e:
+        raise _Bad(str(e), j) from None
 
-    return read
 
-
-def _read_decimal(j: Any) -> Decimal:
-    t = type(j)
-    if t is str:
-        try:
-            return parse_decimal(j)
-        except ConversionError as e:
-            raise _Bad(str(e), j) from None
-    if t is int or t is float:  # a peer wrote a JSON number
+def _read_decimal_number(j: Any) -> Decimal:
+    if type(j) is int or type(j) is float:  # a peer wrote a JSON number
         return Decimal(str(j))
-    raise _Bad(f"expected decimal text, got {t.__name__}", j)
+    raise _Bad(f"expected decimal text, got {type(j).__name__}", j)
 
 
-def _read_any(j: Any) -> Any:
-    return j
-
-
-_SCALAR_READERS: dict[str, Callable] = {
-    "null": _read_null,
-    "boolean": _typed(bool, "a boolean"),
-    "long": _typed(int, "an integer"),
-    "int": _typed(int, "an integer"),
-    "bigint": _typed(int, "an integer"),
-    "double": _read_float,
-    "float": _read_float,
-    "string": _typed(str, "a string"),
-    "enum": _typed(str, "a string"),
-    "bytes": _text_reader(unb64, "base64"),
-    "fixed": _text_reader(unb64, "base64"),
-    "decimal": _read_decimal,
-    "decimal_text": _read_decimal,
-    "date": _text_reader(parse_date, "date"),
-    "datetime": _text_reader(parse_datetime, "datetime"),
-    "time": _text_reader(parse_time, "TIME"),
+# kind -> (what the error names, the textforms parser, the fast parser) for TiDB text values
+_TEXT_KINDS = {
+    "date": ("date", parse_date, "_pdate"),
+    "datetime": ("datetime", parse_datetime, "_pdatetime"),
+    "time": ("TIME", parse_time, "_ptime"),
 }
-
-_plans: dict[str, _JsonPlan] = {}
-
-
-def _plan(codec: Codec) -> _JsonPlan:
-    plan = _plans.get(codec.fingerprint)
-    if plan is None:
-        if len(_plans) > 4096:
-            _plans.clear()
-        plan = _plans[codec.fingerprint] = _JsonPlan(codec)
-    return plan
+_TYPED = {"boolean": ("bool", "a boolean"), "long": ("int", "an integer"), "int": ("int", "an integer"),
+          "bigint": ("int", "an integer"), "string": ("str", "a string"), "enum": ("str", "a string")}
 
 
-def _check(codec: Codec, value: Any) -> Codec:
-    codec.prepare(value)
-    return codec
+class _ReaderGen(Generator):
+    """``read(json) -> native``: checks the JSON value against the schema and restores the native
+    one. Works in place on the freshly parsed JSON (a record's object becomes its dict, keeping the
+    line's key order) and raises ``_Bad`` with the path when the value does not fit.
+
+    ``known`` (a JSON type name: none, bool, int, float, str, dict, list) says which type a
+    surrounding union test already established, so the value's own test is left out.
+    """
+
+    record_prefix = "_jr_rec"
+    label = "<cdcflow JSON reader>"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.src.ns.update({
+            "_Bad": _Bad, "_bad_keys": _bad_keys, "_bad_text": _bad_text, "_bad_type": _bad_type,
+            "_bad_union": _bad_union, "_bad_union_object": _bad_union_object, "_bad_label": _bad_label,
+            "_rfloat": _read_float, "_rb64": _read_b64, "_rdecnum": _read_decimal_number,
+            "_DecErr": (InvalidOperation, ValueError, TypeError), "_pdecimal": parse_decimal,
+            "_pdate": _tidb_date, "_pdatetime": _tidb_datetime, "_ptime": _tidb_time,
+            "_tf_date": parse_date, "_tf_datetime": parse_datetime, "_tf_time": parse_time,
+        })
+
+    def build(self, root: Any) -> Callable[[Any], Any]:
+        if root.kind == "record":
+            name = self.record_function(root)
+        else:
+            name = self.src.var("_jr_root")
+            self.src.emit(0, f"def {name}(j):")
+            self.src.emit(1, f"return {self.value(root, 'j', 1)}")
+        return self._finish(name)
+
+    def _record_body(self, node: Any) -> None:
+        s = self.src
+        names = s.const(frozenset(orig for orig, _, _ in node.fields), "_names")
+        s.emit(0, f"def {self.functions[id(node)]}(j):")
+        s.emit(1, "if type(j) is not dict:")
+        s.emit(2, "_bad_type('an object', j)")
+        s.emit(1, f"if len(j) != {len(node.fields)}:")
+        s.emit(2, f"_bad_keys(j, {names})")
+        fields = [(orig, field, s.var("x")) for orig, _, field in node.fields]
+        if fields:
+            s.emit(1, "try:")
+            for orig, _, x in fields:
+                s.emit(2, f"{x} = j[{orig!r}]")
+            s.emit(1, "except KeyError:")
+            s.emit(2, f"_bad_keys(j, {names})")
+        for orig, field, x in fields:
+            s.emit(1, "try:")  # free unless raised (3.11 exception tables)
+            mark = len(s.lines)
+            y = self.value(field, x, 2)
+            if y != x:
+                s.emit(2, f"j[{orig!r}] = {y}")
+            if len(s.lines) == mark:
+                s.lines.pop()  # nothing to check: no try
+                continue
+            s.emit(1, "except _Bad as b:")
+            s.emit(2, f"b.path.append({'.' + orig!r})")
+            s.emit(2, "raise")
+        s.emit(1, "return j")
+
+    def _typed(self, x: str, py: str, what: str, i: int, known: str | None) -> None:
+        if known != py:
+            self.src.emit(i, f"if type({x}) is not {py}:")
+            self.src.emit(i + 1, f"_bad_type({what!r}, {x})")
+
+    def value(self, node: Any, x: str, i: int, known: str | None = None) -> str:
+        """Emit the check and restoration of JSON value ``x``; return the expression of the native value."""
+        kind, s = node.kind, self.src
+        if kind == "null":
+            if known != "none":
+                s.emit(i, f"if {x} is not None:")
+                s.emit(i + 1, f"_bad_type('null', {x})")
+            return "None"
+        if kind in _TYPED:
+            self._typed(x, *_TYPED[kind], i, known)
+            return x
+        if kind == "foreign":
+            return x
+        if kind == "record":
+            s.emit(i, f"{self.record_function(node)}({x})")  # in place
+            return x
+        if kind in ("array", "map"):
+            self._container(node, x, i, known)
+            return x
+        if kind == "union":
+            return self._union(node, x, i)
+        if kind in ("float", "double") and known == "float":
+            return x
+        y = s.var("y")
+        if kind in ("float", "double"):
+            if known == "int":
+                s.emit(i, f"{y} = float({x})")
+            elif known is None:
+                s.emit(i, f"{y} = {x} if type({x}) is float else _rfloat({x})")
+            else:
+                s.emit(i, f"{y} = _rfloat({x})")
+        elif kind in ("bytes", "fixed"):
+            s.emit(i, f"{y} = _rb64({x})")
+        elif kind in ("decimal", "decimal_text"):
+            if known is None:
+                s.emit(i, f"if type({x}) is str:")
+            if known in (None, "str"):
+                inner = i + (known is None)
+                s.emit(inner, "try:")
+                s.emit(inner + 1, f"{y} = _Decimal({x})")
+                s.emit(inner, "except _DecErr:")
+                s.emit(inner + 1, f"_bad_text(_pdecimal, {x})")
+            if known is None:
+                s.emit(i, "else:")
+            if known != "str":
+                s.emit(i + (known is None), f"{y} = _rdecnum({x})")
+        elif kind in _TEXT_KINDS:
+            what, _, fast = _TEXT_KINDS[kind]
+            self._typed(x, "str", f"{what} text", i, known)
+            s.emit(i, "try:")
+            s.emit(i + 1, f"{y} = {fast}({x})")
+            s.emit(i, "except (ValueError, TypeError):")
+            s.emit(i + 1, f"_bad_text(_tf_{kind}, {x})")
+        else:  # pragma: no cover
+            raise AssertionError(f"unknown kind {kind}")
+        return y
+
+    def _container(self, node: Any, x: str, i: int, known: str | None) -> None:
+        s = self.src
+        is_map = node.kind == "map"
+        py = "dict" if is_map else "list"
+        if known != py:
+            s.emit(i, f"if type({x}) is not {py}:")
+            s.emit(i + 1, f"_bad_type({'an object' if is_map else 'an array'!r}, {x})")
+        k, item = s.var("k"), s.var("x")
+        s.emit(i, f"for {k}, {item} in {x}.items():" if is_map else f"for {k}, {item} in enumerate({x}):")
+        s.emit(i + 1, "try:")
+        mark = len(s.lines)
+        e = self.value(node.values if is_map else node.items, item, i + 2)
+        if e != item:
+            s.emit(i + 2, f"{x}[{k}] = {e}")
+        if len(s.lines) == mark:  # items need no check (foreign)
+            s.emit(i + 2, "pass")
+        s.emit(i + 1, "except _Bad as b:")
+        s.emit(i + 2, f"b.path.append('.' + {k})" if is_map else f"b.path.append(f'[{{{k}}}]')")
+        s.emit(i + 2, "raise")
+
+    def _assign(self, y: str, node: Any, x: str, i: int, known: str | None = None) -> None:
+        mark = len(self.src.lines)
+        expr = self.value(node, x, i, known)
+        if expr != y:
+            self.src.emit(i, f"{y} = {expr}")
+        elif len(self.src.lines) == mark:
+            self.src.emit(i, "pass")
+
+    def _union(self, node: Any, x: str, i: int) -> str:
+        s = self.src
+        branches = node.branches
+        y = s.var("y")
+        if _ambiguous(branches):  # Avro's JSON union form: {"<branch>": value}
+            labels = s.const(sorted(b.branch for b in branches), "_labels")
+            keyword = "if"
+            if any(b.kind == "null" for b in branches):
+                s.emit(i, f"if {x} is None:")
+                s.emit(i + 1, f"{y} = None")
+                keyword = "elif"
+            s.emit(i, f"{keyword} type({x}) is not dict or len({x}) != 1:")
+            s.emit(i + 1, f"_bad_union_object({labels}, {x})")
+            s.emit(i, "else:")
+            label, inner = s.var("label"), s.var("x")
+            s.emit(i + 1, f"(({label}, {inner}),) = {x}.items()")
+            keyword = "if"
+            for b in branches:
+                s.emit(i + 1, f"{keyword} {label} == {b.branch!r}:")
+                self._assign(y, b, inner, i + 2)
+                keyword = "elif"
+            s.emit(i + 1, "else:")
+            s.emit(i + 2, f"_bad_label({label}, {labels}, {x})")
+            return y
+        # Told apart by the JSON type: null, boolean, number (integer or float), string, object, array.
+        by_group: dict[str, list] = {}
+        for b in branches:
+            by_group.setdefault(_group(b), []).append(b)
+        groups = [("none", "null"), ("float", "float"), ("int", "integer" if "integer" in by_group else "float"),
+                  ("str", "string" if "string" in by_group else "float"), ("bool", "boolean"), ("dict", "object"),
+                  ("list", "array")]
+        tests = [(known, by_group[group]) for known, group in groups if group in by_group]
+        labels = s.const([b.branch for b in branches], "_labels")
+
+        def test(known: str, type_of_x: str) -> str:
+            return f"{x} is None" if known == "none" else f"{type_of_x} is {known}"
+
+        if all(len(c) == 1 and _checked_by_type(c[0], known) for known, c in tests):
+            # each branch is fully checked by its JSON type, say [null, long]: one test, the value as is
+            s.emit(i, f"if not ({' or '.join(test(known, f'type({x})') for known, _ in tests)}):")
+            s.emit(i + 1, f"_bad_union({labels}, {x})")
+            return x
+        t = s.var("t")
+        s.emit(i, f"{t} = type({x})")
+        keyword = "if"
+        for known, candidates in tests:
+            s.emit(i, f"{keyword} {test(known, t)}:")
+            keyword = "elif"
+            if len(candidates) == 1:
+                self._assign(y, candidates[0], x, i + 1, known)
+                continue
+            inner_kw = "if"  # records told apart by their key sets
+            for b in candidates:
+                names = s.const(frozenset(orig for orig, _, _ in b.fields), "_names")
+                s.emit(i + 1, f"{inner_kw} len({x}) == {len(b.fields)} and {names}.issuperset({x}):")
+                self._assign(y, b, x, i + 2, known)
+                inner_kw = "elif"
+            s.emit(i + 1, "else:")
+            self._assign(y, candidates[0], x, i + 2, known)
+        if keyword == "if":
+            s.emit(i, f"_bad_union({labels}, {x})")
+        else:
+            s.emit(i, "else:")
+            s.emit(i + 1, f"_bad_union({labels}, {x})")
+        return y
 
 
-# ---------------------------------------------------------------------------
-# Records
-# ---------------------------------------------------------------------------
-def _record_obj(r: Record, refs: SchemaRefs | None) -> dict:
-    metadata = r.metadata
-    key, before, after = r.key, r.before, r.after
-    if refs is not None and (type(key) is dict or type(before) is dict or type(after) is dict):
-        metadata = dict(metadata)
-        derived: list[str] = []
-        key_j = _side(refs, metadata, KEY, [key], derived, r.position)[0] if type(key) is dict else _raw(key)
-        dict_sides = [v for v in (before, after) if type(v) is dict]
-        converted = iter(_side(refs, metadata, PAYLOAD, dict_sides, derived, r.position) if dict_sides else ())
-        before_j = next(converted) if type(before) is dict else _raw(before)
-        after_j = next(converted) if type(after) is dict else _raw(after)
-        mark_derived(metadata, derived)
-    else:
+def _checked_by_type(node: Any, known: str) -> bool:
+    """Does a JSON value of type ``known`` fit ``node`` as it is, with no further test?"""
+    kind = node.kind
+    if kind == "null" or kind == "foreign":
+        return True
+    if kind in _TYPED:
+        return _TYPED[kind][0] == known
+    return kind in ("float", "double") and known == "float"
+
+
+class _JsonCode:
+    """The generated writer and reader of one schema."""
+
+    __slots__ = ("codec", "write_fast", "read_fast")
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+        self.write_fast: Callable[[Any], Any] = _WriterGen().build(codec.root)
+        self.read_fast: Callable[[Any], Any] = _ReaderGen().build(codec.root)
+
+    def write(self, value: Any) -> Any:
+        """The JSON form of ``value``; the reference check's ConversionError (path, value) if it does not fit."""
         try:
-            key_j, before_j, after_j = _plain_data(key, "key"), _plain_data(before, "payload.before"), _plain_data(
-                after, "payload.after"
-            )
+            return self.write_fast(value)
+        except ConversionError:
+            raise
+        except Exception:  # noqa: BLE001 - the reference check below says precisely what is wrong
+            pass
+        self.codec.prepare(value)
+        raise ConversionError("the generated JSON writer refused a value its schema accepts", value=value)
+
+    def read(self, j: Any) -> Any:
+        """The native value of the freshly parsed JSON ``j`` (changed in place)."""
+        try:
+            return self.read_fast(j)
+        except _Bad as b:
+            raise ConversionError(b.message, path="$" + "".join(reversed(b.path)), value=b.value) from None
+
+
+class _NoFit(ConversionError):
+    """A value does not fit a candidate schema; the precise error is only worked out if no schema fits."""
+
+    def __init__(self, code: _JsonCode, value: Any):
+        super().__init__("value does not fit the schema")
+        self.code = code
+        self.value = value
+
+
+_codes: dict[str, _JsonCode] = {}
+
+
+def _code(codec: Codec) -> _JsonCode:
+    code = _codes.get(codec.fingerprint)
+    if code is None:
+        if len(_codes) > 4096:
+            _codes.clear()
+        code = _codes[codec.fingerprint] = _JsonCode(codec)
+    return code
+
+
+def _attempt(codec: Codec, value: Any) -> Any:
+    code = _code(codec)
+    try:
+        return code.write_fast(value)
+    except ConversionError:
+        raise
+    except Exception:  # noqa: BLE001 - explained later, if no schema fits
+        raise _NoFit(code, value) from None
+
+
+# ---------------------------------------------------------------------------
+# Records -> lines
+# ---------------------------------------------------------------------------
+class _Writer:
+    """Writes the records of one batch. A record whose values fit the schemas its metadata names
+    keeps its metadata dict; the writer of each named (subject, version) is looked up once per
+    batch (and the last one per part remembered: a batch is mostly one table)."""
+
+    __slots__ = ("refs", "_named", "_last")
+
+    def __init__(self, refs: SchemaRefs):
+        self.refs = refs
+        self._named: dict[tuple[str | None, str | None], Callable | None] = {}
+        self._last = {KEY: (None, None, None), PAYLOAD: (None, None, None)}  # part -> (subject, version, writer)
+
+    def _named_writer(self, part: str, subject: str | None, version: str | None) -> Callable | None:
+        """The generated writer of the schema the metadata names; None if it names none or an unknown one."""
+        w = self._named.get((subject, version), _MISS)
+        if w is _MISS:
+            w = None
+            if subject and version:
+                try:
+                    w = _code(self.refs.codec(subject, version)).write_fast
+                except SchemaError:
+                    pass  # attach derives a schema (and says why not, if it cannot)
+            self._named[(subject, version)] = w
+        self._last[part] = (subject, version, w)
+        return w
+
+    def obj(self, r: Record) -> dict:
+        metadata = r.metadata
+        key, before, after = r.key, r.before, r.after
+        copy: dict | None = None  # the metadata, copied once a reference changes
+        derived: list[str] | None = None
+        if type(key) is dict:
+            subject, version = metadata.get(_KEY_SUBJECT), metadata.get(_KEY_VERSION)
+            last_subject, last_version, w = self._last[KEY]
+            if subject != last_subject or version != last_version:
+                w = self._named_writer(KEY, subject, version)
+            key_j = _MISS
+            if w is not None:
+                try:
+                    key_j = w(key)
+                except Exception:  # noqa: BLE001 - does not fit: attach picks another schema
+                    pass
+            if key_j is _MISS:
+                copy, derived = dict(metadata), []
+                (key_j,) = self._attach(copy, KEY, [key], derived, r.position, w is not None)
+        else:
+            key_j = None if key is None else b64(key)
+        before_d, after_d = type(before) is dict, type(after) is dict
+        if before_d or after_d:
+            subject, version = metadata.get(_PAYLOAD_SUBJECT), metadata.get(_PAYLOAD_VERSION)
+            last_subject, last_version, w = self._last[PAYLOAD]
+            if subject != last_subject or version != last_version:
+                w = self._named_writer(PAYLOAD, subject, version)
+            fits = False
+            if w is not None:
+                try:
+                    before_j = w(before) if before_d else None
+                    after_j = w(after) if after_d else None
+                    fits = True
+                except Exception:  # noqa: BLE001 - does not fit: attach picks another schema
+                    pass
+            if not fits:
+                if copy is None:
+                    copy, derived = dict(metadata), []
+                sides = self._attach(copy, PAYLOAD, [v for v in (before, after) if type(v) is dict], derived,
+                                     r.position, w is not None)
+                before_j = sides[0] if before_d else None
+                after_j = sides[-1] if after_d else None
+            if not before_d:
+                before_j = None if before is None else b64(before)
+            if not after_d:
+                after_j = None if after is None else b64(after)
+        else:
+            before_j = None if before is None else b64(before)
+            after_j = None if after is None else b64(after)
+        if copy is not None:
+            mark_derived(copy, derived)
+            metadata = copy
+        position = r.position
+        return {
+            "position": b64(position) if position else "",
+            "operation": _OPERATION_TEXT[r.operation],
+            "metadata": metadata,
+            "key": key_j,
+            "payload": {"before": before_j, "after": after_j},
+        }
+
+    def _attach(self, metadata: dict, part: str, values: list, derived: list, position: bytes,
+                named_failed: bool) -> list:
+        """Pick the schema (``SchemaRefs.attach``) and write the values with it; sets the reference."""
+        try:
+            try:
+                written, subject, version, was_derived = self.refs.attach(
+                    metadata, part, values, _attempt, named_failed)
+            except _NoFit as e:  # even a derived schema refused: the reference check says why
+                e.code.write(e.value)
+                raise
         except ConversionError as e:
-            raise in_context(e, f"record at position {r.position!r}") from None
+            raise in_context(e, f"record at position {position!r}: {part}") from None
+        subject_key, version_key = META_KEYS[part]
+        metadata[subject_key] = subject
+        metadata[version_key] = version
+        if was_derived:
+            derived.append(part)
+        return written
+
+
+_MISS = object()
+
+
+def _plain_obj(r: Record) -> dict:
+    """A record without a schema store: structured data as plain JSON (no reference attached)."""
+    try:
+        key_j, before_j, after_j = (
+            _plain_data(r.key, "key"), _plain_data(r.before, "payload.before"), _plain_data(r.after, "payload.after"))
+    except ConversionError as e:
+        raise in_context(e, f"record at position {r.position!r}") from None
+    position = r.position
     return {
-        "position": b64(r.position),
-        "operation": r.operation.text,
-        "metadata": metadata,
+        "position": b64(position) if position else "",
+        "operation": _OPERATION_TEXT[r.operation],
+        "metadata": r.metadata,
         "key": key_j,
         "payload": {"before": before_j, "after": after_j},
     }
-
-
-def _raw(value: Any) -> Any:
-    return None if value is None else b64(value)
 
 
 def _plain_data(value: Any, path: str) -> Any:
@@ -428,86 +854,152 @@ def _plain_data(value: Any, path: str) -> Any:
     return b64(value)
 
 
-def _side(refs: SchemaRefs, metadata: dict, part: str, values: list, derived: list, position: bytes) -> list:
-    try:
-        codecs, subject, version, was_derived = refs.attach(metadata, part, values, _check)
-    except ConversionError as e:
-        raise in_context(e, f"record at position {position!r}: {part}") from None
-    subject_key, version_key = META_KEYS[part]
-    metadata[subject_key] = subject
-    metadata[version_key] = version
-    if was_derived:
-        derived.append(part)
-    plan = _plan(codecs[0])
-    return [plan.write(v) for v in values]
-
-
 def dumps_record(record: Record, store: SchemaStore | None = None) -> bytes:
     """One record as one JSON line (without the newline)."""
-    return orjson.dumps(_record_obj(record, refs_for(store) if store is not None else None))
+    if store is None:
+        return orjson.dumps(_plain_obj(record))
+    return orjson.dumps(_Writer(refs_for(store)).obj(record))
 
 
 def dumps_lines(records: Iterable[Record], store: SchemaStore | None = None) -> bytes:
     """Records as JSON lines, each ending in a newline. Without a store no schema is attached."""
-    refs = refs_for(store) if store is not None else None
-    dumps = orjson.dumps
-    return b"".join([dumps(_record_obj(r, refs)) + b"\n" for r in records])
+    obj = _plain_obj if store is None else _Writer(refs_for(store)).obj
+    if not isinstance(records, (list, tuple)):
+        records = list(records)
+    chunk = _CHUNK
+    if len(records) <= chunk:
+        return _lines([obj(r) for r in records])
+    return b"".join([_lines([obj(r) for r in records[i:i + chunk]]) for i in range(0, len(records), chunk)])
 
 
-def loads_record(line: bytes | str, store: SchemaStore | None = None, line_no: int = 1) -> Record:
-    """One record from one JSON line; errors name ``line_no``."""
-    if isinstance(line, str):
-        line = line.encode()
-    return _load(line, refs_for(store) if store is not None else None, line_no)
+_CHUNK = 64  # records per orjson call: a chunk's objects stay alive until it is written (GC work grows with more)
 
 
-def loads_lines(data: bytes | str, store: SchemaStore | None = None) -> list[Record]:
-    """Records from JSON lines (blank lines skipped); errors name the 1-based line number."""
-    if isinstance(data, str):
-        data = data.encode()
-    refs = refs_for(store) if store is not None else None
-    out = []
-    for i, line in enumerate(data.split(b"\n"), 1):
-        if line.strip():
-            out.append(_load(line, refs, i))
-    return out
+_LINE_BREAK = orjson.Fragment(b"\n")
 
 
-def _load(line: bytes, refs: SchemaRefs | None, line_no: int) -> Record:
-    try:
-        obj = json.loads(line) if _BIG_INT.search(line) else orjson.loads(line)
-    except ValueError as e:
-        raise ConversionError(f"line {line_no}: invalid JSON: {e}") from None
-    try:
-        return _record_from_obj(obj, refs)
-    except ConversionError as e:
-        raise in_context(e, f"line {line_no}") from None
-    except SchemaError as e:
-        raise SchemaError(f"line {line_no}: {e}") from None
+def _lines(objs: list) -> bytes:
+    """The objects as JSON lines, serialized in one ``orjson.dumps`` call.
+
+    One call per record costs several times more than the serializing (each output is a fresh
+    allocation the batch keeps alive). Between the objects the list holds a fragment that is one
+    raw newline byte, so the output reads ``[o1,<LF>,o2,<LF>,o3]``. orjson writes no raw newline
+    anywhere else (strings escape it), so comma-LF-comma marks exactly the record boundaries.
+    """
+    if not objs:
+        return b""
+    items = [_LINE_BREAK] * (2 * len(objs) - 1)
+    items[::2] = objs
+    return orjson.dumps(items)[1:-1].replace(b",\n,", b"\n") + b"\n"
 
 
-def _record_from_obj(obj: Any, refs: SchemaRefs | None) -> Record:
-    if type(obj) is not dict:
-        raise ConversionError(f"a record must be a JSON object, not {type(obj).__name__}")
-    position = obj.get("position")
-    position = b"" if position is None else _unb64(position, "position")
-    op_text = obj.get("operation", "create")
-    try:
-        operation = Operation.from_text(op_text)
-    except (ValueError, TypeError):
-        raise ConversionError(f"unknown operation {op_text!r}", path="operation", value=op_text) from None
-    metadata = obj.get("metadata") or {}
-    if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):
-        raise ConversionError("metadata must be an object of strings", path="metadata")
-    payload = obj.get("payload") or {}
-    if type(payload) is not dict:
-        raise ConversionError("payload must be an object with before/after", path="payload")
-    derived = pop_derived(metadata)
-    key = _data_from_json(obj.get("key"), metadata, KEY, refs, "key")
-    before = _data_from_json(payload.get("before"), metadata, PAYLOAD, refs, "payload.before")
-    after = _data_from_json(payload.get("after"), metadata, PAYLOAD, refs, "payload.after")
-    drop_refs(metadata, derived)
-    return Record(position, operation, metadata, key, before, after)
+# ---------------------------------------------------------------------------
+# Lines -> records
+# ---------------------------------------------------------------------------
+class _Reader:
+    """Reads the records of one batch; caches the reader of each (subject, version) the metadata names."""
+
+    __slots__ = ("refs", "_named")
+
+    def __init__(self, refs: SchemaRefs | None):
+        self.refs = refs
+        self._named: dict[tuple[str, str], Callable] = {}
+
+    def _data(self, value: Any, metadata: dict, subject_key: str, version_key: str, path: str) -> Any:
+        """Key or payload side from its JSON: None, raw bytes from base64, or a restored dict."""
+        t = type(value)
+        if t is str:
+            return unb64(value, path) if value else b""
+        if t is not dict:
+            raise ConversionError(f"data must be an object, a base64 string or null, not {t.__name__}", path=path)
+        subject = metadata.get(subject_key)
+        if self.refs is None or not subject:
+            return value
+        version = metadata.get(version_key, "-1")
+        read = self._named.get((subject, version))
+        if read is None:
+            read = self._named[(subject, version)] = _code(self.refs.codec(subject, version)).read_fast
+        try:
+            return read(value)
+        except _Bad as b:
+            error = ConversionError(b.message, path="$" + "".join(reversed(b.path)), value=b.value)
+        raise in_context(error, path) from None
+
+    def record(self, obj: Any) -> Record:
+        if type(obj) is not dict:
+            raise ConversionError(f"a record must be a JSON object, not {type(obj).__name__}")
+        get = obj.get
+        position = get("position")
+        position = b"" if position is None or position == "" else _unb64(position, "position")
+        op_text = get("operation", "create")
+        operation = _OPERATIONS.get(op_text) if type(op_text) is str else None
+        if operation is None:
+            raise ConversionError(f"unknown operation {op_text!r}", path="operation", value=op_text)
+        metadata = get("metadata") or {}
+        if type(metadata) is not dict:
+            raise ConversionError("metadata must be an object of strings", path="metadata")
+        try:
+            "".join(metadata.values())  # TypeError unless every value is a string (JSON: exactly str)
+        except TypeError:
+            raise ConversionError("metadata must be an object of strings", path="metadata") from None
+        payload = get("payload") or {}
+        if type(payload) is not dict:
+            raise ConversionError("payload must be an object with before/after", path="payload")
+        derived = pop_derived(metadata) if META_SCHEMA_DERIVED in metadata else ()
+        key = get("key")
+        if key is not None:
+            key = self._data(key, metadata, _KEY_SUBJECT, _KEY_VERSION, "key")
+        before = payload.get("before")
+        if before is not None:
+            before = self._data(before, metadata, _PAYLOAD_SUBJECT, _PAYLOAD_VERSION, "payload.before")
+        after = payload.get("after")
+        if after is not None:
+            after = self._data(after, metadata, _PAYLOAD_SUBJECT, _PAYLOAD_VERSION, "payload.after")
+        if derived:
+            drop_refs(metadata, derived)
+        return Record(position, operation, metadata, key, before, after)
+
+    def line(self, line: bytes, line_no: int, big_ints: bool = True) -> Record:
+        """``big_ints``: the line may hold an integer orjson cannot read exactly (see :func:`_may_hold_big_ints`)."""
+        try:
+            obj = json.loads(line) if big_ints and _may_hold_big_ints(line) else orjson.loads(line)
+        except ValueError as e:
+            raise ConversionError(f"line {line_no}: invalid JSON: {e}") from None
+        try:
+            return self.record(obj)
+        except ConversionError as e:
+            raise in_context(e, f"line {line_no}") from None
+        except SchemaError as e:
+            raise SchemaError(f"line {line_no}: {e}") from None
+
+
+# orjson reads integers past 64 bits as floats, so text that may hold one is read with json
+# instead. A JSON number starts the text or follows ``:``, ``,``, ``[`` or whitespace, maybe with
+# a minus sign. The test maps every byte to its class (digit "0", separator "S") and searches
+# the result for runs of 19+ digits (no regular expression over every digit); only such a run
+# that starts a number is read, and counts if it is past uint64 (or below int64). Digits inside
+# strings follow a quote or a letter, so nanosecond timestamps in metadata cost nothing.
+_NUMBER_CLASSES = bytes(
+    ord("0") if c in b"0123456789" else ord("S") if c in b":,[ \t\r\n" else c if c == ord("-") else ord("x")
+    for c in range(256)
+)
+_LONG_RUN = b"0" * 19
+_SEPARATOR = ord("S")
+_DIGIT_RUN = re.compile(rb"[0-9]+")
+
+
+def _may_hold_big_ints(data: bytes) -> bool:
+    classes = data.translate(_NUMBER_CLASSES)
+    i = classes.find(_LONG_RUN)
+    while i >= 0:
+        negative = i > 0 and classes[i - 1] == 45  # "-"
+        start = i - negative
+        run = _DIGIT_RUN.match(data, i)
+        if start == 0 or classes[start - 1] == _SEPARATOR:  # a number, not digits inside a string
+            if int(run.group()) > (-INT64_MIN if negative else UINT64_MAX):
+                return True
+        i = classes.find(_LONG_RUN, run.end())
+    return False
 
 
 def _unb64(text: Any, path: str) -> bytes:
@@ -516,19 +1008,17 @@ def _unb64(text: Any, path: str) -> bytes:
     return unb64(text, path)
 
 
-def _data_from_json(value: Any, metadata: dict, part: str, refs: SchemaRefs | None, path: str) -> Any:
-    if value is None:
-        return None
-    if type(value) is str:
-        return unb64(value, path)
-    if type(value) is not dict:
-        raise ConversionError(f"data must be an object, a base64 string or null, not {type(value).__name__}", path=path)
-    subject_key, version_key = META_KEYS[part]
-    subject = metadata.get(subject_key)
-    if refs is None or not subject:
-        return value
-    codec = refs.codec(subject, metadata.get(version_key, "-1"))
-    try:
-        return _plan(codec).read(value)
-    except ConversionError as e:
-        raise in_context(e, f"{path}") from None
+def loads_record(line: bytes | str, store: SchemaStore | None = None, line_no: int = 1) -> Record:
+    """One record from one JSON line; errors name ``line_no``."""
+    if isinstance(line, str):
+        line = line.encode()
+    return _Reader(refs_for(store) if store is not None else None).line(line, line_no)
+
+
+def loads_lines(data: bytes | str, store: SchemaStore | None = None) -> list[Record]:
+    """Records from JSON lines (blank lines skipped); errors name the 1-based line number."""
+    if isinstance(data, str):
+        data = data.encode()
+    read = _Reader(refs_for(store) if store is not None else None).line
+    big_ints = _may_hold_big_ints(data)  # once for the batch; then line by line only if it may
+    return [read(line, i, big_ints) for i, line in enumerate(data.split(b"\n"), 1) if line and not line.isspace()]

@@ -9,7 +9,11 @@ last derived for the default subject if the values fit it, else derive one
 
 A reference the writer had to derive is listed in ``cdcflow.schema.derived``;
 readers drop those references again after restoring the values, so a record
-comes back exactly as it went in (the reference is a wire detail).
+comes back exactly as it went in (the reference is a wire detail). If the
+derived reference replaced one the metadata named (values that do not fit the
+TiDB column-type schema, say a Decimal of another scale), the replaced one
+travels in ``cdcflow.schema.replaced`` (JSON ``{"payload": [subject, version]}``)
+and readers put it back.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import threading
 import weakref
 from typing import Any, Callable
+
+import orjson
 
 from ..avro_values import Codec, codec_for, derive_shared_schema
 from ..errors import ConversionError, SchemaError
@@ -30,12 +36,14 @@ from ..record import (
 from ..schemas import AVRO, SchemaStore, default_store
 
 META_SCHEMA_DERIVED = "cdcflow.schema.derived"
+META_SCHEMA_REPLACED = "cdcflow.schema.replaced"
 KEY, PAYLOAD = "key", "payload"
 META_KEYS = {
     KEY: (META_KEY_SCHEMA_SUBJECT, META_KEY_SCHEMA_VERSION),
     PAYLOAD: (META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION),
 }
 _RECORD_NAMES = {KEY: "Key", PAYLOAD: "Payload"}
+_RECENT = 8  # derived schemas remembered per subject (values alternating between shapes reuse them)
 
 
 class SchemaRefs:
@@ -44,7 +52,7 @@ class SchemaRefs:
     def __init__(self, store: SchemaStore):
         self.store = store
         self._codecs: dict[tuple[str, int], Codec] = {}
-        self._last: dict[str, tuple[Codec, str]] = {}
+        self._recent: dict[str, list[tuple[Codec, str]]] = {}  # per default subject, most recent first
 
     def codec(self, subject: str, version: int | str) -> Codec:
         """The codec of a stored schema; SchemaError if it is unknown or not Avro."""
@@ -64,35 +72,72 @@ class SchemaRefs:
         return codec
 
     def attach(
-        self, metadata: dict[str, str], part: str, values: list[Any], attempt: Callable[[Codec, Any], Any]
+        self,
+        metadata: dict[str, str],
+        part: str,
+        values: list[Any],
+        attempt: Callable[[Codec, Any], Any],
+        named_failed: bool = False,
     ) -> tuple[list[Any], str, str, bool]:
         """Pick the schema for ``values`` (dicts) of ``part``; return (attempt results, subject, version, derived).
 
         ``attempt(codec, value)`` encodes or checks one value and raises
-        ConversionError when it does not fit.
+        ConversionError when it does not fit. ``named_failed``: the caller already
+        tried the schema the metadata names. When a derived schema replaces a
+        reference the metadata named, the replaced one is recorded in ``metadata``
+        (:data:`META_SCHEMA_REPLACED`); the caller sets the new reference.
         """
         subject_key, version_key = META_KEYS[part]
         subject, version = metadata.get(subject_key), metadata.get(version_key)
-        if subject and version:
+        if subject and version and not named_failed:
             try:
                 codec = self.codec(subject, version)
                 return [attempt(codec, v) for v in values], subject, version, False
             except (SchemaError, ConversionError):
                 pass
+        if subject is not None or version is not None:
+            _record_replaced(metadata, part, subject, version)
         default_subject = f"{metadata.get(META_COLLECTION) or 'cdcflow'}.{part}"
-        last = self._last.get(default_subject)
-        if last is not None:
+        recent = self._recent.setdefault(default_subject, [])
+        for i, (codec, stored_version) in enumerate(recent):
             try:
-                return [attempt(last[0], v) for v in values], default_subject, last[1], True
+                results = [attempt(codec, v) for v in values]
             except ConversionError:
-                pass
+                continue
+            if i:
+                recent.insert(0, recent.pop(i))
+            return results, default_subject, stored_version, True
         schema = derive_shared_schema(values, _RECORD_NAMES[part])
         codec = codec_for(schema)
         stored = self.store.register(default_subject, codec.text)
         self._codecs[(default_subject, stored.version)] = codec
         version = str(stored.version)
-        self._last[default_subject] = (codec, version)
+        recent.insert(0, (codec, version))
+        del recent[_RECENT:]
         return [attempt(codec, v) for v in values], default_subject, version, True
+
+
+def _record_replaced(metadata: dict[str, str], part: str, subject: str | None, version: str | None) -> None:
+    marker = metadata.get(META_SCHEMA_REPLACED)
+    try:
+        replaced = _parse_replaced(marker) if marker else {}  # the other part's, set for this record
+    except ConversionError:
+        replaced = {}  # a reserved key holding something else: this record's marker replaces it
+    replaced[part] = [subject, version]
+    metadata[META_SCHEMA_REPLACED] = orjson.dumps(replaced).decode()
+
+
+def _parse_replaced(marker: str) -> dict[str, list]:
+    try:
+        replaced = orjson.loads(marker)
+    except ValueError:
+        replaced = None
+    if type(replaced) is not dict or not all(
+        type(ref) is list and len(ref) == 2 and all(x is None or type(x) is str for x in ref)
+        for ref in replaced.values()
+    ):
+        raise ConversionError(f"malformed {META_SCHEMA_REPLACED} metadata {marker!r}", path=META_SCHEMA_REPLACED)
+    return replaced
 
 
 _refs: "weakref.WeakKeyDictionary[SchemaStore, SchemaRefs]" = weakref.WeakKeyDictionary()
@@ -124,9 +169,21 @@ def pop_derived(metadata: dict[str, str]) -> tuple[str, ...]:
 
 
 def drop_refs(metadata: dict[str, str], parts: tuple[str, ...]) -> None:
+    """Remove the derived references of ``parts``; put back the references they replaced."""
     for part in parts:
         for k in META_KEYS.get(part, ()):
             metadata.pop(k, None)
+    marker = metadata.get(META_SCHEMA_REPLACED) if parts else None
+    if marker is None:
+        return
+    replaced = _parse_replaced(marker)
+    del metadata[META_SCHEMA_REPLACED]
+    for part in parts:
+        ref = replaced.get(part)
+        if ref is not None:
+            for k, v in zip(META_KEYS[part], ref):
+                if v is not None:
+                    metadata[k] = v
 
 
 def in_context(error: ConversionError, context: str) -> ConversionError:

@@ -22,7 +22,8 @@ from ..tidb import parse_time as _parse_time
 
 
 def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    """Standard base64 with padding (what ``base64.b64encode`` writes, without its wrapper call)."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def unb64(text: str, path: str = "") -> bytes:

@@ -2,7 +2,11 @@
 
 protobuf: to_proto + SerializeToString, and FromString + from_proto, for a raw
 1 KB payload and a structured 10-field row (Avro in raw_data, schema in the
-store); JSON form: dumps_lines / loads_lines of the same structured row.
+store); JSON form: dumps_lines / loads_lines of the same structured row, and of the
+10-column TiCDC row (``bench_storage``'s table, metadata naming the TiDB column-type schema;
+decimals at the column's scale as TiDB sends them, and as ``bench_storage`` generates them:
+one in ten of another scale, which travels with a derived schema). Also CPU µs per record
+(``time.process_time``, one thread) for the JSON form rows: the budget figures.
 Run: .venv/bin/python tests/benchmarks/bench_convert.py [N]
 """
 
@@ -13,6 +17,7 @@ import os
 import sys
 import time
 from decimal import Decimal
+from pathlib import Path
 
 from cdcflow.convert.jsonform import dumps_lines, loads_lines
 from cdcflow.convert.protobuf import PbRecord, from_proto, to_proto
@@ -28,6 +33,30 @@ def _row(i: int) -> dict:
         "qty": i % 17, "ratio": i / 7, "ok": i % 2 == 0, "blob": b"\x00\x01" * 8,
         "at": dt.datetime(2024, 1, 1, 12, 0, 0, i % 1000000), "note": None,
     }
+
+
+def _ticdc_records(n: int, store: SchemaStore, column_scale: bool) -> list[Record]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_storage import rows, table
+    from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
+
+    t = table(0)
+    out = []
+    for k, row in enumerate(rows(n, t, 0)):
+        if column_scale:
+            row["d"] = row["d"].quantize(Decimal("0.01"))
+        out.append(to_record(RowChange(t, INSERT, (1 << 18) * 10 + k, row), b"", store))
+    return out
+
+
+def _cpu_us(fn, batches: list, repeat: int = 5) -> float:
+    """CPU µs per record, best of ``repeat``; ``fn`` returns the records it handled."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        n = sum(len(fn(b)) for b in batches)
+        best = min(best, (time.process_time() - start) / n * 1e6)
+    return best
 
 
 def _rate(fn, batches: list, repeat: int = 3) -> float:
@@ -61,9 +90,22 @@ def main(n: int) -> None:
     lines = [dumps_lines(b, store) for b in batches]
     rows.append(("JSON form structured 10 fields", _rate(lambda b: (dumps_lines(b, store), b)[1], batches),
                  _rate(lambda d: loads_lines(d, store), lines)))
-    print(f"{'form':<34} {'encode rec/s':>14} {'decode rec/s':>14}")
+    cpu = [("JSON form structured 10 fields", _cpu_us(lambda b: (dumps_lines(b, store), b)[1], batches),
+            _cpu_us(lambda d: loads_lines(d, store), lines))]
+    for name, column_scale in (("JSON form TiCDC 10 col", True), ("JSON form TiCDC 10 col, 1/10 derived", False)):
+        recs = _ticdc_records(n, store, column_scale)
+        batches = [recs[i:i + BATCH] for i in range(0, n, BATCH)]
+        lines = [dumps_lines(b, store) for b in batches]
+        rows.append((name, _rate(lambda b: (dumps_lines(b, store), b)[1], batches),
+                     _rate(lambda d: loads_lines(d, store), lines)))
+        cpu.append((name, _cpu_us(lambda b: (dumps_lines(b, store), b)[1], batches),
+                    _cpu_us(lambda d: loads_lines(d, store), lines)))
+    print(f"{'form':<38} {'encode rec/s':>14} {'decode rec/s':>14}")
     for name, enc, dec in rows:
-        print(f"{name:<34} {enc:>14,.0f} {dec:>14,.0f}")
+        print(f"{name:<38} {enc:>14,.0f} {dec:>14,.0f}")
+    print(f"\n{'CPU per record, one thread':<38} {'dumps_lines µs':>14} {'loads_lines µs':>14}")
+    for name, enc, dec in cpu:
+        print(f"{name:<38} {enc:>14.2f} {dec:>14.2f}")
     store.close()
 
 

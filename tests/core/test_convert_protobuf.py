@@ -10,7 +10,7 @@ import pytest
 
 from cdcflow.avro_values import avro_type, codec_for
 from cdcflow.convert.protobuf import PbRecord, from_proto, record_from_proto, record_to_proto, to_proto
-from cdcflow.convert.schemaref import META_SCHEMA_DERIVED
+from cdcflow.convert.schemaref import META_SCHEMA_DERIVED, META_SCHEMA_REPLACED
 from cdcflow.errors import ConversionError, SchemaError
 from cdcflow.record import (
     META_KEY_SCHEMA_SUBJECT,
@@ -69,9 +69,11 @@ def test_non_conforming_value_gets_a_derived_schema(store):
     r = Record(b"1", Operation.CREATE, md, None, None, {"id": 1, "price": Decimal("9.9"), "at": None})  # scale 1
     pb = record_to_proto(r, store)
     assert pb.metadata[META_PAYLOAD_SCHEMA_VERSION] == "2" and pb.metadata[META_SCHEMA_DERIVED] == "payload"
+    assert json.loads(pb.metadata[META_SCHEMA_REPLACED]) == {"payload": ["shop.orders.payload", "1"]}
     back = record_from_proto(_wire([pb])[0], store)
     assert back.after == r.after
-    assert back.metadata == {"opencdc.collection": "shop.orders"}  # the replaced reference was a wire detail
+    assert back.metadata == md  # the derived reference was a wire detail; the replaced one comes back
+    assert back == r
 
 
 def test_derived_schemas_dedup_and_before_after_share_one(store):
