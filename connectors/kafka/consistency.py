@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+import orjson
 
 from ..ticdc.events import DDLEvent, ResolvedEvent, RowChange
 
@@ -25,45 +27,80 @@ Event = RowChange | DDLEvent | ResolvedEvent
 
 
 class Dedup:
-    """Replay filter for rows and DDL events (one instance per ordered stream)."""
+    """Replay filter for rows and DDL events (one instance per ordered stream).
 
-    __slots__ = ("marks", "ddl_ts", "ddl_queries", "_handles")
+    Its state goes into every record position, so it is kept as JSON too and
+    rebuilt only where it changed: one fragment per table, the DDL part apart.
+    ``admit_row_json`` is the hot path: admit and return the state text at once.
+    """
+
+    __slots__ = ("marks", "ddl_ts", "ddl_queries", "_tables", "_fragments", "_ddl_json", "_json")
 
     def __init__(self) -> None:
         self.marks: dict[str, list] = {}  # collection -> [commit ts, set of handle texts at that ts]
         self.ddl_ts = 0  # highest DDL commit ts applied
         self.ddl_queries: set[str] = set()  # queries applied at ddl_ts (broadcast copies share ts)
-        self._handles: dict[int, tuple[Any, tuple[str, ...]]] = {}
+        # id(table) -> (table, collection, handle text function, collection as JSON)
+        self._tables: dict[int, tuple[Any, str, Callable[[dict], str], bytes]] = {}
+        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,[handles]]'
+        self._ddl_json: bytes | None = None  # JSON 'ddl_ts,[queries]'
+        self._json: bytes | None = None  # state_json(), None when something changed since
+
+    def _table(self, t: Any) -> tuple[Any, str, Callable[[dict], str], bytes]:
+        info = self._tables.get(id(t))
+        if info is None or info[0] is not t:
+            if len(self._tables) > 1024:
+                self._tables.clear()
+            coll = t.collection
+            handle = _handle_function(tuple(c.name for c in t.columns if c.handle_key))
+            info = self._tables[id(t)] = (t, coll, handle, orjson.dumps(coll))
+        return info
 
     def _handle_text(self, ev: RowChange) -> str:
-        t = ev.table
-        hit = self._handles.get(id(t))
-        if hit is None or hit[0] is not t:
-            names = tuple(c.name for c in t.columns if c.handle_key)
-            hit = self._handles[id(t)] = (t, names)
-        row = ev.row or {}
-        names = hit[1]
-        if names:
-            return repr(tuple(row.get(n) for n in names))
-        return repr(tuple(sorted(row.items())))  # no handle key: the whole row identifies it
+        """The row's identity: repr of its handle-key values (the whole row without handle key)."""
+        row = ev.row
+        return self._table(ev.table)[2](row if row is not None else {})
 
     def admit_row(self, ev: RowChange) -> bool:
         """True for a row to apply, False for a replay. Rows without a commit ts (0) are always applied."""
+        return not ev.commit_ts or self.admit_row_json(ev) is not None
+
+    def admit_row_json(self, ev: RowChange) -> bytes | None:
+        """``state_json()`` after admitting the row, or None for a replay."""
         ts = ev.commit_ts
         if not ts:
-            return True
-        coll = ev.table.collection
+            return self.state_json()
+        t = ev.table
+        info = self._tables.get(id(t))
+        if info is None or info[0] is not t:
+            info = self._table(t)
+        coll = info[1]
         mark = self.marks.get(coll)
         if mark is None or ts > mark[0]:
-            self.marks[coll] = [ts, {self._handle_text(ev)}]
-            return True
-        if ts < mark[0]:
-            return False
-        h = self._handle_text(ev)
-        if h in mark[1]:
-            return False
-        mark[1].add(h)
-        return True
+            row = ev.row
+            h = info[2](row if row is not None else {})
+            self.marks[coll] = [ts, {h}]
+            fragment = b"%s:[%d,[%s]]" % (info[3], ts, orjson.dumps(h))
+        elif ts < mark[0]:
+            return None
+        else:
+            row = ev.row
+            h = info[2](row if row is not None else {})
+            handles = mark[1]
+            if h in handles:
+                return None
+            handles.add(h)
+            fragment = b"%s:[%d,%s]" % (info[3], ts, orjson.dumps(sorted(handles)))
+        fragments = self._fragments
+        fragments[coll] = fragment
+        if len(fragments) != 1 or len(self.marks) != 1:
+            self._json = None
+            return self.state_json()
+        ddl = self._ddl_json
+        if ddl is None:
+            ddl = self._ddl_part()
+        text = self._json = b"[{%s},%s]" % (fragment, ddl)
+        return text
 
     def admit_ddl(self, ev: DDLEvent) -> bool:
         if ev.commit_ts < self.ddl_ts or (ev.commit_ts == self.ddl_ts and ev.query in self.ddl_queries):
@@ -72,11 +109,30 @@ class Dedup:
             self.ddl_ts = ev.commit_ts
             self.ddl_queries = set()
         self.ddl_queries.add(ev.query)
+        self._ddl_json = self._json = None
         return True
+
+    def _ddl_part(self) -> bytes:
+        text = self._ddl_json = b"%d,%s" % (self.ddl_ts, orjson.dumps(sorted(self.ddl_queries)))
+        return text
 
     def state(self) -> list:
         """JSON-able snapshot (for a position)."""
         return [{c: [m[0], sorted(m[1])] for c, m in self.marks.items()}, self.ddl_ts, sorted(self.ddl_queries)]
+
+    def state_json(self) -> bytes:
+        """``orjson.dumps(self.state())``, rebuilt only for what changed since the last call."""
+        text = self._json
+        if text is not None:
+            return text
+        fragments = self._fragments
+        for coll, (ts, handles) in self.marks.items():
+            if coll not in fragments:
+                fragments[coll] = b"%s:[%d,%s]" % (orjson.dumps(coll), ts, orjson.dumps(sorted(handles)))
+        parts = b",".join(fragments[c] for c in self.marks)
+        ddl = self._ddl_json if self._ddl_json is not None else self._ddl_part()
+        text = self._json = b"[{%s},%s]" % (parts, ddl)
+        return text
 
     @classmethod
     def from_state(cls, data: list | None) -> "Dedup":
@@ -86,6 +142,15 @@ class Dedup:
             d.marks = {c: [int(m[0]), set(m[1])] for c, m in marks.items()}
             d.ddl_queries = set(queries)
         return d
+
+
+def _handle_function(names: tuple[str, ...]) -> Callable[[dict], str]:
+    if len(names) == 1:
+        name = names[0]
+        return lambda row: repr((row.get(name),))
+    if names:
+        return lambda row: repr(tuple(map(row.get, names)))
+    return lambda row: repr(tuple(sorted(row.items())))  # no handle key: the whole row identifies it
 
 
 @dataclass(slots=True)

@@ -16,13 +16,14 @@ start uses the group's committed offsets, else ``read-from``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+import time
+from typing import Sequence
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcflow.convert import jsonform
-from cdcflow.errors import CdcflowError, RecordError
+from cdcflow.errors import CdcflowError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
 
@@ -36,6 +37,7 @@ log = logging.getLogger("cdcflow.connectors.kafka.source")
 
 ALL_PARTITIONS = "*"
 _ROW, _TXN = "row", "txn"
+_POLL_CHUNK = 500  # messages per consume() call within one read()
 
 
 class KafkaSourceError(CdcflowError):
@@ -162,8 +164,14 @@ class KafkaSource(Source):
             raise KafkaSourceError(self.id, msg.topic(), msg.partition(), msg.offset(),
                                    f"cannot decode {proto} message: {e}") from None
 
-    def _poll(self, max_messages: int) -> list:
-        msgs = self._consumer.consume(num_messages=max(1, max_messages), timeout=self.settings.poll_timeout)
+    def _poll(self, max_messages: int, timeout: float) -> list:
+        msgs = self._consumer.consume(num_messages=max(1, max_messages), timeout=timeout)
+        for m in msgs:
+            if m.error() is not None:
+                return self._without_errors(msgs)
+        return msgs
+
+    def _without_errors(self, msgs: list) -> list:
         for m in msgs:
             err = m.error()
             if err is not None and err.code() != KafkaError._PARTITION_EOF:
@@ -174,14 +182,29 @@ class KafkaSource(Source):
     def read(self, max_records: int) -> list[Record]:
         if self._consumer is None:
             raise CdcflowError(f"kafka source {self.id or PLUGIN}: read before open")
-        if len(self._outbox) < max_records:
-            msgs = self._poll(max_records - len(self._outbox))
+        want = max_records - len(self._outbox)
+        if want > 0:
             if self._txn:
-                self._read_transaction(msgs)
+                self._read_transaction(self._poll(want, self.settings.poll_timeout))
             else:
-                self._read_rows(msgs)
-        out = self._outbox[:max_records]
-        del self._outbox[:max_records]
+                # consumed and turned into records a chunk at a time: messages and events then die
+                # young instead of surviving into the garbage collector's old generation (whose full
+                # collections cost more than decoding did); like one consume() of ``want`` messages,
+                # it gathers up to ``want`` within poll-timeout
+                deadline = time.monotonic() + self.settings.poll_timeout
+                while want > 0:
+                    n = min(want, _POLL_CHUNK)
+                    msgs = self._poll(n, max(0.0, deadline - time.monotonic()))
+                    if msgs:
+                        self._read_rows(msgs)
+                        want -= len(msgs)
+                    if len(msgs) < n and time.monotonic() >= deadline:
+                        break
+        if len(self._outbox) <= max_records:
+            out, self._outbox = self._outbox, []
+        else:
+            out = self._outbox[:max_records]
+            del self._outbox[:max_records]
         if out:
             self._last_position = out[-1].position
         return out
@@ -197,9 +220,61 @@ class KafkaSource(Source):
     def _read_rows(self, msgs: list) -> None:
         """Decode, drop replays, then build the batch's records in one ``to_records`` call
         (one generated builder per table instead of per-record dispatch)."""
+        if self.settings.protocol == "open-protocol" or self._skip:
+            self._read_rows_multi(msgs)
+        else:
+            self._read_rows_single(msgs)
+
+    def _read_rows_single(self, msgs: list) -> None:
+        """Protocols with one event per message: the position is the next offset plus the
+        replay filter's state, formatted from its cached JSON (no per-record ``dumps``)."""
+        dedup, store, out = self._dedup, self._store, self._outbox
+        admit_row_json, admit_ddl, state_json = dedup.admit_row_json, dedup.admit_ddl, dedup.state_json
+        proto = self.settings.protocol
+        avro = proto == "avro"
+        decode = self._decoder.decode if self._decoder is not None else None
+        events: list = []
+        positions: list[bytes] = []
+        for m in msgs:
+            try:
+                if avro:
+                    ev = decode(m.key(), m.value())
+                else:
+                    value = m.value()
+                    if value is None:
+                        continue
+                    ev = decode(value) if decode is not None else jsonform.loads_record(value, self._store)
+            except (CodecError, CdcflowError, ValueError) as e:
+                raise KafkaSourceError(self.id, m.topic(), m.partition(), m.offset(),
+                                       f"cannot decode {proto} message: {e}") from None
+            t = type(ev)
+            if t is RowChange:
+                state = admit_row_json(ev)
+                if state is None:
+                    continue
+            elif t is DDLEvent:
+                if not admit_ddl(ev):
+                    continue
+                state = state_json()
+            else:
+                state = state_json()
+            pos = b'["row",%d,0,%s]' % (m.offset() + 1, state)
+            if t is Record:  # opencdc-json: already a record, keep its place in the batch
+                if events:
+                    out.extend(to_records(events, positions, store))
+                    events, positions = [], []
+                ev.position = pos
+                out.append(ev)
+            else:
+                events.append(ev)
+                positions.append(pos)
+        if events:
+            out.extend(to_records(events, positions, store))
+
+    def _read_rows_multi(self, msgs: list) -> None:
+        """Messages of several events (open protocol), or a restart inside such a message."""
         part = self._parts[0]
         dedup, store, out = self._dedup, self._store, self._outbox
-        dumps = orjson.dumps
         events: list = []
         positions: list[bytes] = []
         for m in msgs:
@@ -213,8 +288,9 @@ class KafkaSource(Source):
                 elif t is DDLEvent:
                     if not dedup.admit_ddl(ev):
                         continue
-                pos = dumps((_ROW, off + 1, 0, dedup.state()) if i + 1 >= n else (_ROW, off, i + 1, dedup.state()))
-                if t is Record:  # opencdc-json: already a record, keep its place in the batch
+                nxt, skip = (off + 1, 0) if i + 1 >= n else (off, i + 1)
+                pos = b'["row",%d,%d,%s]' % (nxt, skip, dedup.state_json())
+                if t is Record:
                     if events:
                         out.extend(to_records(events, positions, store))
                         events, positions = [], []
@@ -244,10 +320,11 @@ class KafkaSource(Source):
             keep = dedup.admit_row(ev) if type(ev) is RowChange else dedup.admit_ddl(ev)
             buf.mark_done(e)
             if keep:
-                out.append(to_record(ev, dumps((_TXN, buf.resume(), dedup.state())), store))
+                out.append(to_record(ev, b'["txn",%s,%s]' % (dumps(buf.resume()), dedup.state_json()), store))
         if buf.frontier > self._emitted_resolved:
             self._emitted_resolved = buf.frontier
-            out.append(to_record(ResolvedEvent(buf.frontier), dumps((_TXN, buf.resume(), dedup.state())), store))
+            out.append(to_record(ResolvedEvent(buf.frontier),
+                                 b'["txn",%s,%s]' % (dumps(buf.resume()), dedup.state_json()), store))
 
     def ack(self, positions: Sequence[bytes]) -> None:
         if not positions or self._consumer is None:

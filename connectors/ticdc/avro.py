@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import validate as _fastavro_validate
 
+from cdcflow.avro_codegen import Generator, Unsupported
 from cdcflow.errors import ConfigError, SchemaError
 from cdcflow.record import Record
 from cdcflow.tidb import (
@@ -41,7 +42,7 @@ from cdcflow.tidb import (
 )
 
 from .errors import MalformedMessage, UnknownSchema, UnrepresentableValue, UnsupportedEvent
-from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, from_record, to_record
+from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, from_record, to_records
 from .schema import sanitize_name
 
 CODEC = "avro"
@@ -60,6 +61,7 @@ EXTRA_CHECKSUM_VERSION = "ticdc.checksum-version"
 
 _HEADER = struct.Struct(">bI")
 _U64 = struct.Struct(">Q")
+_U9 = struct.Struct("9B")
 _F32 = struct.Struct("<f")
 _2_63, _2_64 = 1 << 63, 1 << 64
 _INT_RANGES = {
@@ -700,6 +702,7 @@ def _tidb_column(field: dict, key_names: frozenset) -> tuple[Column, Callable[[A
     elif tt == "DECIMAL":
         if block.get("logicalType") == "decimal":
             col = Column(name, "DECIMAL", precision=int(block["precision"]), scale=int(block.get("scale", 0)), **kw)
+            conv = _decimal_from_unscaled(col.precision, col.scale)
         else:
             col = Column(name, "DECIMAL", **kw)
             conv = _decimal_text
@@ -756,6 +759,36 @@ def _bits_to_int(v: bytes) -> int:
     return int.from_bytes(v, "big")
 
 
+def _decimal_from_unscaled(precision: int, scale: int) -> Callable[[bytes], decimal.Decimal]:
+    """Avro decimal bytes -> Decimal with exponent ``-scale``, exact; more digits than
+    ``precision`` is a corrupt message (fastavro would round it silently)."""
+    limit = 10 ** precision
+    from_bytes, dec, multiply = int.from_bytes, decimal.Decimal, _EXACT.multiply
+    unit = decimal.Decimal((0, (1,), -scale))  # n * 1E-scale: exact, exponent -scale
+
+    def conv(v: bytes) -> decimal.Decimal:
+        n = from_bytes(v, "big", signed=True)
+        if not -limit < n < limit:
+            raise ValueError(f"unscaled value {n} has more than the {precision} digits of its DECIMAL")
+        return multiply(dec(n), unit)
+    conv.decimal = (precision, scale)  # type: ignore[attr-defined]  # the fast reader inlines it
+    return conv
+
+
+def _strip_decimal_logical(raw: dict) -> dict:
+    """The schema fastavro reads: decimal blocks as plain bytes (``_decimal_from_unscaled`` converts)."""
+    fields = []
+    for f in raw.get("fields", ()):
+        t = f.get("type")
+        if isinstance(t, dict) and t.get("logicalType") == "decimal":
+            f = dict(f, type={k: v for k, v in t.items() if k != "logicalType"})
+        elif isinstance(t, list) and any(isinstance(b, dict) and b.get("logicalType") == "decimal" for b in t):
+            f = dict(f, type=[{k: v for k, v in b.items() if k != "logicalType"} if isinstance(b, dict) else b
+                              for b in t])
+        fields.append(f)
+    return dict(raw, fields=fields)
+
+
 def _decimal_text(v: str) -> decimal.Decimal:
     d = decimal.Decimal(v)
     if not d.is_finite():
@@ -771,6 +804,227 @@ class _DecodePlan:
     renames: bool
     extension: bool
     extra_fields: tuple[str, ...]  # _tidb_* fields beyond the three (checksums)
+    fast: Callable[[bytes, int | None, str], RowChange] | None = None  # generated reader (None: fastavro only)
+
+
+_FAST_TYPES = frozenset({"int", "long", "float", "double", "string", "bytes"})
+
+
+def _varint_tail(d: bytes, p: int, z: int) -> tuple[int, int]:
+    """The rest of a varint from its fourth byte; ``z`` holds the first three bytes' bits."""
+    shift = 21
+    while True:
+        b = d[p]
+        p += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            if z >> 64:
+                raise ValueError("varint beyond 64 bits")
+            return z, p
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _date_memo(limit: int = 4096) -> tuple[dict[str, datetime.date], Callable[[str], datetime.date]]:
+    """(memo, parse): ``memo.get(text) or parse(text)`` is ``parse_date(text)``, each text parsed once."""
+    memo: dict[str, datetime.date] = {}
+
+    def parse(text: str) -> datetime.date:
+        d = parse_date(text)
+        if len(memo) >= limit:
+            memo.clear()
+        memo[text] = d
+        return d
+    return memo, parse
+
+
+class _RowReaderGen(Generator):
+    """One function per TiCDC schema: ``read(message, commit_ts, kind) -> RowChange``.
+
+    Why: fastavro walks its parsed schema per message (≈ 0.25 µs per nullable
+    column for the union alone) and the codec then converts columns and pops
+    the ``_tidb_*`` fields in a second pass. Here each field of these flat rows
+    is read (varints inline), converted and placed in the row in one pass over
+    the Confluent-framed bytes. Anything unexpected (truncation, a bad union
+    index, invalid UTF-8, a value out of its column's range, trailing bytes)
+    raises; ``AvroDecoder`` then reruns the fastavro path, which names the
+    problem, so errors stay exactly as before.
+    """
+
+    label = "<cdcflow ticdc avro row reader>"
+
+    def _varint(self, i: int, off: int) -> str:
+        """Unsigned varint starting at ``p + off`` into a new variable; ``p`` ends past it.
+        Up to three bytes inline (small ints), longer ones in ``_varint_tail``."""
+        s = self.src
+        z, b = s.var("z"), s.var("b")
+        at = f"p + {off}" if off else "p"
+        s.emit(i, f"{z} = d[{at}]")
+        s.emit(i, f"if {z} < 128:")
+        s.emit(i + 1, f"p += {off + 1}")
+        s.emit(i, "else:")
+        s.emit(i + 1, f"{b} = d[p + {off + 1}]")
+        s.emit(i + 1, f"if {b} < 128:")
+        s.emit(i + 2, f"{z} = ({z} & 127) | {b} << 7")
+        s.emit(i + 2, f"p += {off + 2}")
+        s.emit(i + 1, "else:")
+        c = s.var("c")
+        s.emit(i + 2, f"{c} = d[p + {off + 2}]")
+        s.emit(i + 2, f"if {c} < 128:")
+        s.emit(i + 3, f"{z} = ({z} & 127) | ({b} & 127) << 7 | {c} << 14")
+        s.emit(i + 3, f"p += {off + 3}")
+        s.emit(i + 2, "else:")
+        s.emit(i + 3, f"{z}, p = _vtail(d, p + {off + 3}, ({z} & 127) | ({b} & 127) << 7 | ({c} & 127) << 14)")
+        return z
+
+    def _commit_ts(self, i: int) -> str:
+        """The commit ts long: a TSO is 9 varint bytes, read as two small-int halves (a byte loop
+        would shift big ints); other lengths take the general path."""
+        s = self.src
+        v = s.var("v")
+        b = [s.var("b") for _ in range(9)]
+        s.emit(i, "if p + 9 <= len(d):")
+        s.emit(i + 1, f"{', '.join(b)} = _u9(d, p)")
+        s.emit(i, "else:")
+        s.emit(i + 1, f"{b[8]} = 128")
+        s.emit(i, f"if {b[8]} < 128 and ({' & '.join(b[:8])}) > 127:")
+        s.emit(i + 1, f"{v} = (({b[0]} & 127) | ({b[1]} & 127) << 7 | ({b[2]} & 127) << 14 | ({b[3]} & 127) << 21"
+                      f" | (({b[4]} & 127) | ({b[5]} & 127) << 7 | ({b[6]} & 127) << 14 | ({b[7]} & 127) << 21"
+                      f" | {b[8]} << 28) << 28)")
+        s.emit(i + 1, "p += 9")
+        s.emit(i, "else:")
+        z = self._varint(i + 1, 0)
+        s.emit(i + 1, f"{v} = {z}")
+        s.emit(i, f"{v} = ({v} >> 1) ^ -({v} & 1)")
+        return v
+
+    def _scalar(self, base: str, decimal_ps: tuple[int, int] | None, v: str, i: int, off: int) -> None:
+        """Read one value of an Avro primitive starting at ``p + off`` into ``v``."""
+        s = self.src
+        if base in ("int", "long"):
+            z = self._varint(i, off)
+            s.emit(i, f"{v} = ({z} >> 1) ^ -({z} & 1)")
+        elif base in ("float", "double"):
+            fn, size = ("_uf", 4) if base == "float" else ("_ud", 8)
+            s.emit(i, f"{v} = {fn}(d, {f'p + {off}' if off else 'p'})[0]")
+            s.emit(i, f"p += {off + size}")
+        else:  # string, bytes: zig-zag length, never negative
+            z = self._varint(i, off)
+            e = s.var("e")
+            s.emit(i, f"if {z} & 1:")
+            s.emit(i + 1, "raise _M")
+            s.emit(i, f"{e} = p + ({z} >> 1)")
+            if base == "string":
+                s.emit(i, f"{v} = d[p:{e}].decode()")
+            elif decimal_ps is None:
+                s.emit(i, f"{v} = d[p:{e}]")
+            else:  # what _decimal_from_unscaled does
+                precision, scale = decimal_ps
+                s.emit(i, f"{v} = _from_bytes(d[p:{e}], 'big', signed=True)")
+                s.emit(i, f"if not -{10 ** precision} < {v} < {10 ** precision}:")
+                s.emit(i + 1, "raise _M")
+                unit = s.const(decimal.Decimal((0, (1,), -scale)), "_unit")
+                s.emit(i, f"{v} = _mul(_Decimal({v}), {unit})")
+            s.emit(i, f"p = {e}")  # past the end: the final length check catches it
+
+    def _field(self, ftype: Any, decimal_ps: tuple[int, int] | None, i: int) -> tuple[str, bool]:
+        """Emit reading one field; (variable, nullable). Unsupported for types left to fastavro."""
+        branches = ftype if isinstance(ftype, list) else [ftype]
+        if not 1 <= len(branches) <= 2 or branches.count("null") != len(branches) - 1:
+            raise Unsupported("not a TiCDC column type")
+        index = next(k for k, b in enumerate(branches) if b != "null")
+        block = branches[index]
+        base = block.get("type") if isinstance(block, dict) else block
+        if base not in _FAST_TYPES or isinstance(block, dict) and block.get("logicalType") not in (None, "decimal"):
+            raise Unsupported("not a TiCDC column type")
+        s = self.src
+        v = s.var("v")
+        if len(branches) == 1:
+            self._scalar(base, decimal_ps, v, i, 0)
+            return v, False
+        u = s.var("u")
+        s.emit(i, f"{u} = d[p]")
+        s.emit(i, f"if {u} == {index * 2}:")
+        self._scalar(base, decimal_ps, v, i + 1, 1)
+        s.emit(i, f"elif {u} == {(1 - index) * 2}:")
+        s.emit(i + 1, "p += 1")
+        s.emit(i + 1, f"{v} = None")
+        s.emit(i, "else:")
+        s.emit(i + 1, "raise _M")
+        return v, True
+
+    def build_reader(self, fields: list[dict], columns: list[tuple[Column, Callable | None]], table: TableSchema,
+                     extension: bool) -> Callable[[bytes, int | None, str], RowChange]:
+        """``kind`` is used when the schema has no ``_tidb_op``; Unsupported when a type is left to fastavro."""
+        s = self.src
+        s.ns.update(_RC=RowChange, _table=table, _INSERT=INSERT, _UPDATE=UPDATE, _vtail=_varint_tail,
+                    _u9=_U9.unpack_from, _mul=_EXACT.multiply)
+        s.emit(0, "def read(d, commit_ts, kind):")
+        s.emit(1, "p = 5")
+        items, roles = [], {}
+        cols = iter(columns)
+        in_extension = False  # from _tidb_op on every field is an extension field (as AvroDecoder._plan)
+        for n, f in enumerate(fields):
+            name = f["name"]
+            in_extension = in_extension or extension and name == OP_FIELD
+            if in_extension and name not in (OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD):
+                raise Unsupported("extension fields beyond the three")
+            if in_extension and name == PHYSICAL_TIME_FIELD and n == len(fields) - 1 and f["type"] == "long":
+                # the last field, never used (commit ts >> 18): check it is one varint up to the end, skip it
+                t = s.var("t")
+                s.emit(1, f"{t} = d[p:]")
+                s.emit(1, f"if not (0 < len({t}) < 10 and {t}[-1] < 128 and (len({t}) == 1 or min({t}[:-1]) > 127)):")
+                s.emit(2, "raise _M")
+                s.emit(1, "p = len(d)")
+                continue
+            if in_extension and name == COMMIT_TS_FIELD and f["type"] == "long":
+                roles[name] = self._commit_ts(1)
+                continue
+            if in_extension:
+                roles[name] = self._field(f["type"], None, 1)[0]
+                continue
+            col, conv = next(cols)
+            decimal_ps = getattr(conv, "decimal", None)
+            v, nullable = self._field(f["type"], decimal_ps, 1)
+            if conv is _unwrap_u64:
+                s.emit(1, f"if {v} is not None and {v} < 0:" if nullable else f"if {v} < 0:")
+                s.emit(2, f"{v} += {_2_64}")
+            elif conv is parse_date:  # dates repeat: parse each text once (bounded memo per reader)
+                memo, parse = _date_memo()
+                m, c = s.const(memo, "_dm"), s.const(parse, "_dp")
+                if nullable:
+                    s.emit(1, f"if {v} is not None:")
+                    s.emit(2, f"{v} = {m}.get({v}) or {c}({v})")
+                else:
+                    s.emit(1, f"{v} = {m}.get({v}) or {c}({v})")
+            elif conv is not None and decimal_ps is None:
+                c = s.const(conv, "_c")
+                if nullable:
+                    s.emit(1, f"if {v} is not None:")
+                    s.emit(2, f"{v} = {c}({v})")
+                else:
+                    s.emit(1, f"{v} = {c}({v})")
+            items.append(f"{col.name!r}: {v}")
+        if next(cols, None) is not None:
+            raise Unsupported("fields and columns differ")
+        s.emit(1, "if p != len(d):")
+        s.emit(2, "raise _M")
+        row = "{" + ", ".join(items) + "}"
+        if extension:
+            op, ts = roles[OP_FIELD], roles[COMMIT_TS_FIELD]
+            s.emit(1, f"if {op} == 'c':")
+            s.emit(2, "k = _INSERT")
+            s.emit(1, f"elif {op} == 'u':")
+            s.emit(2, "k = _UPDATE")
+            s.emit(1, "else:")
+            s.emit(2, "raise _M")
+            s.emit(1, f"if {ts} < 0:")
+            s.emit(2, f"{ts} += {_2_64}")
+            s.emit(1, f"return _RC(_table, k, {ts}, {row})")
+        else:
+            s.emit(1, f"return _RC(_table, kind, commit_ts or 0, {row})")
+        return self._finish("read")
 
 
 class AvroDecoder:
@@ -788,14 +1042,38 @@ class AvroDecoder:
         self.registry = registry
         self._parsed: dict[int, tuple[dict, Any]] = {}
         self._plans: dict[tuple[int | None, int], _DecodePlan] = {}
+        # generated readers by the messages' first five bytes (magic + schema id), filled once the
+        # fastavro path has checked a message with those headers: (key head, value head) / value
+        # head (no key) for rows, key head for deletes
+        self._fast: dict[Any, Callable] = {}
+        self._fast_delete: dict[bytes, Callable] = {}
 
     def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None) -> Event:
+        if type(value) is bytes:
+            if key is None:
+                fast = self._fast.get(value[:5])
+            else:
+                fast = self._fast.get((key[:5], value[:5])) if type(key) is bytes else None
+            if fast is not None:
+                try:
+                    return fast(value, commit_ts, INSERT)
+                except Exception:  # noqa: BLE001 - the fastavro path below names what is wrong
+                    pass
+        elif value is None and type(key) is bytes:
+            fast = self._fast_delete.get(key[:5])
+            if fast is not None:
+                try:
+                    return fast(key, commit_ts, DELETE)
+                except Exception:  # noqa: BLE001 - as above
+                    pass
         if value is None or len(value) == 0:
             if key is None:
                 raise MalformedMessage(CODEC, None, "message has neither key nor value")
             kid, kbody = self._frame(key, "key")
             plan = self._plan(None, kid, "key")
             row = self._read(plan, kbody, "key", 5)
+            if plan.fast is not None and not plan.extension and type(key) is bytes and len(self._fast_delete) < 4096:
+                self._fast_delete[key[:5]] = plan.fast
             return RowChange(plan.table, DELETE, commit_ts or 0, row)
         first = value[0]
         if key is None and first == DDL_BYTE:
@@ -811,6 +1089,11 @@ class AvroDecoder:
             kid = self._frame(key, "key")[0]
         plan = self._plan(kid, vid, "value")
         row = self._read(plan, vbody, "value", 5)
+        if plan.fast is not None and type(value) is bytes and len(self._fast) < 4096:
+            if key is None:
+                self._fast[value[:5]] = plan.fast
+            elif type(key) is bytes:
+                self._fast[(key[:5], value[:5])] = plan.fast
         kind, ts, extra = INSERT, commit_ts or 0, None
         if plan.extension:
             op = row.pop(OP_FIELD)
@@ -839,7 +1122,7 @@ class AvroDecoder:
     def decode_records(self, messages, positions, store=None) -> list[Record]:
         """Messages -> OpenCDC records (the column model registered in ``store``)."""
         decode = self.decode
-        return [to_record(decode(k, v), p, store) for (k, v), p in zip(messages, positions)]
+        return to_records([decode(k, v) for k, v in messages], positions, store)
 
     # -- framing and schemas ---------------------------------------------------
     @staticmethod
@@ -863,7 +1146,7 @@ class AvroDecoder:
                                 schema_id=schema_id) from None
         try:
             raw = json.loads(text)
-            parsed = parse_schema(raw)
+            parsed = parse_schema(_strip_decimal_logical(raw) if isinstance(raw, dict) else raw)
         except Exception as e:  # noqa: BLE001
             raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not a valid Avro schema: {e}",
                                 schema_id=schema_id) from None
@@ -885,7 +1168,7 @@ class AvroDecoder:
             key_names = frozenset(f.get(NAME_PROP, f["name"]) for f in raw["fields"])
         else:
             key_names = frozenset()
-        cols, convs, renames, extension, extra_fields = [], [], False, False, []
+        cols, convs, renames, extension, extra_fields, col_convs = [], [], False, False, [], []
         for f in raw["fields"]:
             fname = f["name"]
             if fname == OP_FIELD:
@@ -900,6 +1183,7 @@ class AvroDecoder:
                 raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not a TiCDC schema: {e}",
                                     schema_id=schema_id) from None
             cols.append(col)
+            col_convs.append((col, conv))
             if conv is not None or col.name != fname:
                 convs.append((fname, col.name, conv))
                 renames = renames or col.name != fname
@@ -910,7 +1194,13 @@ class AvroDecoder:
         namespace = raw.get("namespace") or ""
         schema_name = names.get("schema") or (namespace.split(".", 1)[1] if "." in namespace else namespace)
         table = TableSchema(schema_name, names.get("table") or raw["name"], tuple(cols))
-        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields))
+        fast = None
+        if not extra_fields:
+            try:
+                fast = _RowReaderGen().build_reader(raw["fields"], col_convs, table, extension)
+            except Unsupported:
+                fast = None
+        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields), fast)
         self._plans[(key_id, schema_id)] = plan
         return plan
 

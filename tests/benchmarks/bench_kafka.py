@@ -8,6 +8,8 @@ one record batch per fetch, so small batches make every consumer slow). Registry
 built-in schema store. Pipeline: kafka source → field.set → file destination, `cdcflow run
 --until-idle` on local[2]. Baseline: one process, consumer assign() + fastavro
 schemaless_reader + json lines written to a file. Prints records/s of both and the ratio.
+First, per-record CPU of the kafka source alone (one partition, in this process, process_time)
+against the same consume + fastavro loop: the figure that does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from fastavro import parse_schema, schemaless_reader
 
-from cdcflow.connectors.ticdc.avro import AvroEncoder, AvroOptions, StoreRegistry, build_schema, schema_text
+from cdcflow.connectors.ticdc.avro import AvroEncoder, AvroOptions, StoreRegistry
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.dev.broker import Broker
 from cdcflow.schemas import SchemaStore
@@ -118,6 +120,53 @@ def baseline(servers: str, topic: str, n: int, store: SchemaStore, out: Path) ->
     return n / (time.perf_counter() - t0)
 
 
+def source_cpu(servers: str, topic: str, n: int, store: SchemaStore, repeat: int = 3) -> tuple[float, float]:
+    """Per-record CPU (process_time, µs) of partition 0 read in this process: (kafka source
+    ``read(10000)`` until drained, hand consume + fastavro loop), best of ``repeat``, interleaved."""
+    from cdcflow.connectors.kafka.source import KafkaSource
+
+    def ours() -> float:
+        src = KafkaSource()
+        src.configure({"uri": f"kafka://{servers}/{topic}?protocol=avro&enable-tidb-extension=true"})
+        src.open(None, f"{topic}:0")
+        try:
+            got = len(src.read(1000))  # the first fetch waits for the broker: not timed
+            t0 = time.process_time()
+            while got < n:
+                got += len(src.read(10000))
+            return (time.process_time() - t0) / (n - 1000) * 1e6
+        finally:
+            src.teardown()
+
+    schemas: dict[int, object] = {}
+
+    def hand() -> float:
+        c = Consumer({"bootstrap.servers": servers, "group.id": "bench-cpu", "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, 0, 0)])
+        try:
+            got = len(c.consume(1000, 5.0))
+            t0 = time.process_time()
+            while got < n:
+                out = []
+                for m in c.consume(10000, 1.0):
+                    v = m.value()
+                    sid = int.from_bytes(v[1:5], "big")
+                    s = schemas.get(sid)
+                    if s is None:
+                        s = schemas[sid] = parse_schema(json.loads(store.by_id(sid)[1]))
+                    out.append(schemaless_reader(io.BytesIO(v[5:]), s, None))
+                    got += 1
+            return (time.process_time() - t0) / (n - 1000) * 1e6
+        finally:
+            c.close()
+
+    a, b = [], []
+    for _ in range(repeat):
+        a.append(ours())
+        b.append(hand())
+    return min(a), min(b)
+
+
 def engine(servers: str, topic: str, n: int, work: Path) -> tuple[float, float, float]:
     """(records/s over the whole wall time, wall seconds, records/s of the running part only)."""
     out = work / "engine.jsonl"
@@ -141,6 +190,7 @@ def engine(servers: str, topic: str, n: int, work: Path) -> tuple[float, float, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--source-only", action="store_true", help="only the in-process kafka source CPU figures")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     (work / "state").mkdir()
@@ -152,6 +202,13 @@ def main() -> None:
         produce(broker.bootstrap_servers, topic, args.rows, store)
         print(f"produced {args.rows} rows in {time.perf_counter() - t0:.1f}s "
               "(linger.ms=50, batch.num.messages=100000, 4 partitions)")
+        os.environ["CDCFLOW_SCHEMA_STORE"] = str(work / "state" / "schemas.sqlite")  # the source's registry
+        per_partition = (args.rows + PARTITIONS - 1) // PARTITIONS
+        src_us, hand_us = source_cpu(broker.bootstrap_servers, topic, per_partition, store)
+        print(f"in-process CPU per record, partition 0 ({per_partition} rows, best of 3): kafka source "
+              f"{src_us:.2f} µs, hand consume+fastavro {hand_us:.2f} µs (ratio {src_us / hand_us:.2f})")
+        if args.source_only:
+            return
         base = baseline(broker.bootstrap_servers, topic, args.rows, store, work / "baseline.jsonl")
         rate, wall, steady = engine(broker.bootstrap_servers, topic, args.rows, work)
         print(f"{'path':<50}{'records/s':>12}{'ratio':>8}")

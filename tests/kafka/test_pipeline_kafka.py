@@ -101,6 +101,7 @@ def kill_when(proc: subprocess.Popen, out: Path, at_least: int, timeout: float =
         if n >= at_least:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+            _wait_group_gone(proc.pid)
             return n
         if proc.poll() is not None:
             pytest.fail(f"run ended before it could be killed at {at_least} lines (had {n}): "
@@ -108,6 +109,18 @@ def kill_when(proc: subprocess.Popen, out: Path, at_least: int, timeout: float =
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     pytest.fail(f"no {at_least} lines within {timeout}s")
+
+
+def _wait_group_gone(pgid: int, timeout: float = 15) -> None:
+    """Until every process of the killed run (Spark's Python workers too) is gone: one still
+    dying could write a state file after the test went on to delete the state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def committed(servers: str, group: str, topic: str, partitions: int) -> list[int]:
