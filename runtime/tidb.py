@@ -363,3 +363,11 @@ def inline_parse_expr(type_name: str, v: str, bad: str, memo: str | None = None)
                 f"and {v}[10] == ' ' and {v}[4] == '-' and {v}[7] == '-' and {v}[13] == ':' and {v}[16] == ':' "
                 f"and (n == 19 or ({v}[19] == '.' and {v}[20:].isdigit())) else {bad})")
     return None
+
+
+def inline_go_float_expr(v: str, slow: str) -> str:
+    """Python expression for ``format_go_float`` of the value in variable ``v`` (TiCDC's CSV
+    float text): ``repr`` minus a trailing ``.0`` where Go prints no exponent and ``repr`` none
+    either (1e-4 <= |v| < 1e6), ``slow`` for every other value (zero, exponent forms, non-floats)."""
+    return (f"((x if not (x := repr({v})).endswith('.0') else x[:-2]) if type({v}) is float "
+            f"and (1e-4 <= {v} < 1e6 or -1e6 < {v} <= -1e-4) else {slow})")

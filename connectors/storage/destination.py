@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from typing import Any, Mapping, Sequence
 
 from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder
-from cdcflow.connectors.ticdc.csv import encode_rows
+from cdcflow.connectors.ticdc.csv import encode_table_rows
 from cdcflow.connectors.ticdc.errors import CodecError
-from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, from_record, from_records
+from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, TableRows, from_record, records_to_rows
 from cdcflow.errors import CdcflowError
 from cdcflow.record import Record
 from cdcflow.sdk import Destination
@@ -28,8 +27,6 @@ from . import layout, schemafile
 from .settings import PLUGIN, StorageSettings, resolve
 from .writer import DataDirectory, FileStore, write_checkpoint
 
-
-_TABLE_OF = operator.attrgetter("table")
 
 
 @dataclasses.dataclass
@@ -56,49 +53,81 @@ class StorageDestination(Destination):
         self._encoder = CanalJsonEncoder(s.canal) if s.format == "canal-json" else None
         self._resolved: int | None = None
         self._max_commit_ts: int | None = None
-        self._last_dir: tuple | None = None  # (table object, date, data directory) of the previous row
+        self._last_dir: tuple | None = None  # (table object, date, data directory) of the previous run
+        self._dates: dict[int, str] = {}  # day number -> date directory
 
     # ------------------------------------------------------------------ write
     def write(self, records: Sequence[Record]) -> list[str | None] | None:
         errors: list[str | None] = [None] * len(records)
-        # data directory -> ([record index], [RowChange]) in arrival order
-        groups: dict[str, tuple[list[int], list[RowChange]]] = {}
+        groups: dict[str, TableRows] = {}  # data directory -> its rows, in arrival order
         try:
-            events = from_records(records, self._store)
+            items = records_to_rows(records, self._store)
         except (CdcflowError, ValueError):  # find the bad records one by one
-            events = None
-        dated = self.settings.date_separator != "none"
-        last_table = None  # rows of the table object just seen (undated) go to the same group
-        group: tuple[list[int], list[RowChange]] = ([], [])
-        max_ts = self._max_commit_ts
-        for i, rec in enumerate(records):
+            items = range(len(records))
+        for item in items:
+            if type(item) is TableRows:
+                self._route(item, records, groups, errors)
+                continue
+            rec = records[item]
             try:
-                ev = from_record(rec, self._store) if events is None else events[i]
+                ev = from_record(rec, self._store)
                 if type(ev) is RowChange:
-                    if ev.table is not last_table:
-                        last_table = None
-                        rel = self._data_dir_of(ev, rec.position)
-                        group = groups.get(rel) or groups.setdefault(rel, ([], []))
-                        last_table = None if dated else ev.table
-                    group[0].append(i)
-                    group[1].append(ev)
-                    if max_ts is None or ev.commit_ts > max_ts:
-                        max_ts = ev.commit_ts
+                    self._route(TableRows.of_event(ev, item), records, groups, errors)
                 elif type(ev) is DDLEvent:
-                    last_table = None
                     self._on_ddl(ev, rec.position)
                 elif type(ev) is ResolvedEvent:
                     if self._resolved is None or ev.ts > self._resolved:
                         self._resolved = ev.ts
             except (CdcflowError, ValueError) as e:
-                errors[i] = f"{type(e).__name__}: {e}"
-        self._max_commit_ts = max_ts
-        for rel, (indexes, evs) in groups.items():
-            self._write_group(rel, indexes, evs, errors)
+                errors[item] = f"{type(e).__name__}: {e}"
+        for rel, rows in groups.items():
+            self._write_group(rel, rows, records, errors)
         ts = self._resolved if self._resolved is not None else self._max_commit_ts
         if ts is not None:
             write_checkpoint(self.files, ts)
         return errors if any(e is not None for e in errors) else None
+
+    def _route(self, rows: TableRows, records: Sequence[Record], groups: dict[str, TableRows],
+               errors: list[str | None]) -> None:
+        """Add a run of one table's rows to the groups of their data directories (one per date
+        when the layout has dates); a run whose directory cannot be made gets the error."""
+        top = max(rows.commit_ts)
+        if self._max_commit_ts is None or top > self._max_commit_ts:
+            self._max_commit_ts = top
+        sep = self.settings.date_separator
+        if sep == "none":
+            parts = [(None, rows)]
+        else:
+            dates = list(map(self._date_of, rows.commit_ts))
+            if dates.count(dates[0]) == len(dates):
+                parts = [(dates[0], rows)]
+            else:
+                positions: dict[str, list[int]] = {}
+                for k, date in enumerate(dates):
+                    positions.setdefault(date, []).append(k)
+                parts = [(date, rows.take(ks)) for date, ks in positions.items()]
+        for date, part in parts:
+            try:
+                rel = self._data_dir_of(part.table, part.commit_ts[0], date, records[part.indexes[0]].position)
+            except (CdcflowError, ValueError) as e:
+                for i in part.indexes:
+                    errors[i] = f"{type(e).__name__}: {e}"
+                continue
+            group = groups.get(rel)
+            if group is None:
+                groups[rel] = part  # fresh lists from records_to_rows / take: ours to extend
+            else:
+                group.extend(part)
+
+    def _date_of(self, commit_ts: int) -> str:
+        """The date directory of a commit ts, computed once per day seen."""
+        day = (commit_ts >> 18) // 86_400_000
+        date = self._dates.get(day)
+        if date is None:
+            if len(self._dates) > 4096:
+                self._dates.clear()
+            date = self._dates[day] = layout.date_dir(commit_ts, self.settings.date_separator)
+        return date
 
     # ------------------------------------------------------------------ versions and schema files
     def _checksum(self, table: TableSchema) -> int:
@@ -127,8 +156,7 @@ class StorageDestination(Destination):
         self.files.put_new(f"{where}/{name}", content)  # an existing file of that name has this content
         return schemafile.parse_name(name)[1]
 
-    def _version_of(self, ev: RowChange, position: bytes) -> int:
-        table = ev.table
+    def _version_of(self, table: TableSchema, commit_ts: int) -> int:
         key = (table.schema, table.table)
         crc = self._checksum(table)
         pending = self._pending_ddl.pop(key, None)
@@ -144,7 +172,7 @@ class StorageDestination(Destination):
         if newest is not None and newest[1] == crc:
             self._versions[key] = _Version(newest[0], crc)
             return newest[0]
-        version = table.version or ev.commit_ts
+        version = table.version or commit_ts
         if newest is not None and version <= newest[0]:
             version = newest[0] + 1
         plain = dataclasses.replace(table, partition=None, version=version)
@@ -168,59 +196,48 @@ class StorageDestination(Destination):
         self._pending_ddl.pop(key, None)
         self._versions[key] = _Version(ev.commit_ts, crc)
 
-    def _data_dir_of(self, ev: RowChange, position: bytes) -> str:
-        table = ev.table
-        s = self.settings
-        date = layout.date_dir(ev.commit_ts, s.date_separator) if s.date_separator != "none" else None
+    def _data_dir_of(self, table: TableSchema, commit_ts: int, date: str | None, position: bytes) -> str:
+        """The data directory of rows of ``table`` (first row's commit ts ``commit_ts``) on ``date``."""
         hit = self._last_dir
         if hit is not None and hit[0] is table and hit[1] == date and (table.schema, table.table) not in \
                 self._pending_ddl:
             return hit[2]  # same table object, same date: same directory (names checked, version current)
-        rel = self._data_dir_uncached(ev, position, date)
+        layout.check_name("schema", table.schema, position)
+        layout.check_name("table", table.table, position)
+        version = self._version_of(table, commit_ts)
+        partition = table.partition if self.settings.partition_separator else None
+        rel = layout.data_dir(table.schema, table.table, version, partition, date)
         self._last_dir = (table, date, rel)
         return rel
 
-    def _data_dir_uncached(self, ev: RowChange, position: bytes, date: str | None) -> str:
-        table = ev.table
-        layout.check_name("schema", table.schema, position)
-        layout.check_name("table", table.table, position)
-        version = self._version_of(ev, position)
-        s = self.settings
-        partition = table.partition if s.partition_separator else None
-        return layout.data_dir(table.schema, table.table, version, partition, date)
-
     # ------------------------------------------------------------------ encoding and files
-    def _encode(self, events: list[RowChange]) -> bytes:
+    def _encode(self, rows: TableRows, records: Sequence[Record]) -> bytes:
         s = self.settings
         if self._encoder is None:
-            return encode_rows(events, events[0].table, s.csv)
+            return encode_table_rows(rows.table, rows.kinds, rows.commit_ts, rows.rows, rows.olds, s.csv)
         term = s.csv.terminator.encode()
-        return term.join(self._encoder.encode_many(events)) + term
+        return term.join(self._encoder.encode_many(rows.events(records))) + term
 
-    def _encode_checked(self, indexes: list[int], events: list[RowChange], errors: list[str | None]) -> list[RowChange]:
-        """The events that encode; the others get their error (one bad value never fails the batch)."""
+    def _encode_checked(self, rows: TableRows, records: Sequence[Record], errors: list[str | None]) -> TableRows:
+        """The rows that encode; the others get their error (one bad value never fails the batch)."""
         ok = []
-        for i, ev in zip(indexes, events):
+        for k in range(len(rows)):
             try:
-                self._encode([ev])
-                ok.append(ev)
+                self._encode(rows.select(k, k + 1), records)
+                ok.append(k)
             except CodecError as e:
-                errors[i] = f"{type(e).__name__}: {e}"
-        return ok
+                errors[rows.indexes[k]] = f"{type(e).__name__}: {e}"
+        return rows.take(ok)
 
-    def _write_group(self, rel: str, indexes: list[int], events: list[RowChange], errors: list[str | None]) -> None:
-        # CSV: one encode call per table object (rows of a data directory share columns)
-        if self._encoder is None:
-            first = events[0].table
-            if list(map(_TABLE_OF, events)).count(first) != len(events):  # identity first: C speed
-                events = [ev if ev.table is first else dataclasses.replace(ev, table=first) for ev in events]
+    def _write_group(self, rel: str, rows: TableRows, records: Sequence[Record], errors: list[str | None]) -> None:
+        # one encode call per data directory (its rows share columns: same table version)
         try:
-            data = self._encode(events)
+            data = self._encode(rows, records)
         except CodecError:
-            events = self._encode_checked(indexes, events, errors)
-            if not events:
+            rows = self._encode_checked(rows, records, errors)
+            if not len(rows):
                 return
-            data = self._encode(events)
+            data = self._encode(rows, records)
         pieces = max(1, math.ceil(len(data) / self.settings.file_size))
         d = self._dirs.get(rel)
         if d is None:
@@ -228,9 +245,9 @@ class StorageDestination(Destination):
         if pieces == 1:
             d.write(data)
             return
-        step = math.ceil(len(events) / pieces)
-        for k in range(0, len(events), step):
-            d.write(self._encode(events[k:k + step]))
+        step = math.ceil(len(rows) / pieces)
+        for k in range(0, len(rows), step):
+            d.write(self._encode(rows.select(k, k + step), records))
 
     def stop(self, last_position: bytes | None) -> None:
         """Nothing is buffered between writes: every batch ended with its files written."""

@@ -17,27 +17,36 @@ import base64
 import binascii
 import csv as _stdcsv
 import datetime as _dt
-import decimal as _decimal
 import io
+import operator
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice as _islice
-from collections.abc import Callable, Iterable, Mapping
+from itertools import repeat as _repeat
 from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.params import option_bool as _bool
-from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, parse_time
+from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, value_formatter, value_parser
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, rows_to_records, rows_to_dicts
 from cdcflow.errors import ConfigError
 from cdcflow.record import Operation, Record
-from cdcflow.tidb import BINARY_TYPES, INTEGER_TYPES, Column, TableSchema, parse_date, parse_datetime
+from cdcflow.tidb import (
+    BINARY_TYPES,
+    FLOAT_TYPES,
+    INLINE_NAMES,
+    INTEGER_TYPES,
+    Column,
+    TableSchema,
+    inline_go_float_expr,
+    inline_parse_expr,
+    inline_text_expr,
+    parse_date,
+    parse_datetime,
+)
 from cdcflow.tidb import ValueMismatch as _ValueProblem
-from cdcflow.tidb import format_date as date_text
-from cdcflow.tidb import format_datetime as datetime_text
-from cdcflow.tidb import format_decimal as decimal_text
 from cdcflow.tidb import format_go_float as go_float_text
-from cdcflow.tidb import format_time as time_text
 
 CODEC = "csv"
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")
@@ -119,63 +128,45 @@ def header_line(table: TableSchema, options: CsvOptions) -> str:
 # --------------------------------------------------------------------------- value text
 
 def _formatter(col: Column, options: CsvOptions) -> Callable[[Any], str]:
+    """Native value -> CSV text (unquoted) for ``col``: TiDB's text forms as canal-json writes
+    them (``canal_json.value_formatter``), except what CSV writes its own way: floats as Go's
+    ``%v``, binary as base64/hex, ENUM/SET as their names."""
     t = col.type
-    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
-        return _int_text
-    if t in ("FLOAT", "DOUBLE"):
+    if t in FLOAT_TYPES:
         return go_float_text
-    if t == "DECIMAL":
-        scale = col.scale
-        return lambda v: decimal_text(v, scale)
     if t in BINARY_TYPES:
-        if options.binary_encoding_method == "hex":
-            def conv(v: Any) -> str:
-                if type(v) is not bytes:
-                    raise _ValueProblem("binary column needs bytes")
-                return v.hex()
-        else:
-            def conv(v: Any) -> str:
-                if type(v) is not bytes:
-                    raise _ValueProblem("binary column needs bytes")
-                return base64.b64encode(v).decode("ascii")
-        return conv
-    if t == "DATE":
-        return date_text
-    if t in ("DATETIME", "TIMESTAMP"):
-        fsp = col.fsp
-        return lambda v: datetime_text(v, fsp)
-    if t == "TIME":
-        fsp = col.fsp
-        return lambda v: time_text(v, fsp)
-    return _str_text  # CHAR/VARCHAR/TEXT family, ENUM name, SET names, JSON
+        return _to_hex if options.binary_encoding_method == "hex" else _to_base64
+    if t in ("ENUM", "SET"):
+        return _str_text
+    return value_formatter(col)
 
 
-def _fail(why: str):
-    """Raise from inside a generated expression."""
-    raise _ValueProblem(why)
+def _to_hex(v: Any) -> str:
+    if type(v) is not bytes:
+        raise _ValueProblem("binary column needs bytes")
+    return v.hex()
+
+
+def _to_base64(v: Any) -> str:
+    if type(v) is not bytes:
+        raise _ValueProblem("binary column needs bytes")
+    return base64.b64encode(v).decode("ascii")
+
+
+def _bad():
+    """Raise from inside a generated parse expression (the caller then finds the column)."""
+    raise ValueError("value does not fit its column")
 
 
 def _parser(col: Column, options: CsvOptions) -> Callable[[str], Any] | None:
+    """CSV text -> native value for ``col`` (None: the text is the value): canal-json's parsers
+    (``canal_json.value_parser``) but for binary (base64/hex) and ENUM/SET (names)."""
     t = col.type
-    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
-        return int
-    if t in ("FLOAT", "DOUBLE"):
-        return float
-    if t == "DECIMAL":
-        import decimal
-
-        return decimal.Decimal
     if t in BINARY_TYPES:
-        if options.binary_encoding_method == "hex":
-            return _from_hex
-        return _from_base64
-    if t == "DATE":
-        return parse_date
-    if t in ("DATETIME", "TIMESTAMP"):
-        return parse_datetime
-    if t == "TIME":
-        return parse_time
-    return None
+        return _from_hex if options.binary_encoding_method == "hex" else _from_base64
+    if t in ("ENUM", "SET"):
+        return None
+    return value_parser(col)
 
 
 def _from_base64(text: str) -> bytes:
@@ -190,8 +181,17 @@ def _from_hex(text: str) -> bytes:
 
 # --------------------------------------------------------------------------- encoder
 
+# Characters each inline TiDB text form can write. Where the quote character (or, with backslash
+# escaping, the delimiter or the NULL text) could occur in one, the careful writer takes the column.
+_DIGITS = "0123456789"
+_FORM_CHARS = {"DECIMAL": frozenset(_DIGITS + "-."), "DATE": frozenset(_DIGITS + "-"),
+               "DATETIME": frozenset(_DIGITS + "-: ."), "TIMESTAMP": frozenset(_DIGITS + "-: .")}
+
+
 class _Writer:
-    """Per (table, options) column plan and field quoting."""
+    """Per (table, options): the careful per-column field writers, and two functions generated
+    from one field expression per column (``_field_expr``): ``lines`` (whole lines of plain rows)
+    and ``column_texts`` (one row's field texts, for the careful ``line``)."""
 
     __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts", "lines")
 
@@ -226,109 +226,86 @@ class _Writer:
         self.prefix = {op: quote_field(op) + options.delimiter + quote_field(table.table) + options.delimiter
                        + quote_field(table.schema) for op in ("I", "U", "D")}
         self.handle_names = tuple(c.name for c in table.columns if c.handle_key)
-        self.column_texts = self._compile_column_texts()
-        self.lines = self._compile_lines()
+        ns: dict[str, Any] = {**INLINE_NAMES, "D": options.delimiter, "END": options.terminator,
+                              "NULL": options.null, "Q": q, "QQ": q + q, "b2a_base64": binascii.b2a_base64,
+                              "PREFIX": {kind: self.prefix[op] for kind, op in _OPS.items()}}
+        fields = []
+        for i, col in enumerate(table.columns):
+            ns[f"K{i}"] = col.name  # names go in as constants: any text is safe in generated code
+            fields.append(f"NULL if (v{i} := row[K{i}]) is None else {self._field_expr(i, col, ns)}")
+        self.column_texts = self._compile_column_texts(fields, ns)
+        self.lines = self._compile_lines(fields, ns)
 
-    def _compile_lines(self) -> Callable[[Iterable[RowChange]], list[str] | None] | None:
-        """Compile ``events -> [line]`` once per (table, options) for plain rows (no is-update or
-        handle-key column): one f-string per row with every column's formatting inlined. Returns
-        None for the batch when any event or value needs the careful path (``line``), which then
-        writes it or names the offending column."""
+    def _plain(self, chars: frozenset) -> bool:
+        """Whether any text made of ``chars`` is written as it is (between quotes, or unescaped)."""
+        o = self.options
+        if o.quote:
+            return o.quote not in chars
+        return bool(set(o.delimiter) - chars) and (not o.null or bool(set(o.null) - chars))
+
+    def _field_expr(self, i: int, col: Column, ns: dict[str, Any]) -> str:
+        """Expression for the final field text of column ``i``'s non-NULL value in ``v{i}``: TiDB's
+        text forms inline (``tidb.inline_text_expr`` / ``inline_go_float_expr``), quoting inline;
+        every value a guard refuses goes to the careful field writer ``F{i}``, which writes it or
+        raises ``ValueMismatch``."""
+        o = self.options
+        q = o.quote
+        v = f"v{i}"
+        ns[f"F{i}"] = self.columns[i][1]
+        slow = f"F{i}({v})"
+        conv = _formatter(col, o)
+        t = col.type
+        if conv is _int_text:
+            return f"(str({v}) if type({v}) is int else {slow})"
+        if conv is go_float_text:  # numbers are never quoted
+            return inline_go_float_expr(v, slow)
+        if not q:  # backslash escaping: the careful writer, except for forms that need none
+            if t not in _FORM_CHARS:
+                return slow
+        elif conv is _str_text:
+            return f"(Q + ({v} if Q not in {v} else {v}.replace(Q, QQ)) + Q if type({v}) is str else {slow})"
+        elif t in BINARY_TYPES:
+            text = f"{v}.hex()" if o.binary_encoding_method == "hex" else f"b2a_base64({v}, newline=False).decode()"
+            return f"(Q + t + Q if type({v}) is bytes and Q not in (t := {text}) else {slow})"
+        chars = _FORM_CHARS.get(t)
+        if chars is None or not self._plain(chars):
+            return slow
+        ns[f"c{i}"] = conv  # the formatter alone (no quoting): its text also has only ``chars``
+        form = inline_text_expr(col, v, f"c{i}({v})")
+        if form is None:
+            return slow
+        return f"(Q + {form} + Q)" if q else form
+
+    def _compile_lines(self, fields: list[str], ns: dict[str, Any]):
+        """``(kinds, commit_ts, rows) -> [line]`` for plain rows (no is-update or handle-key
+        column): one f-string per row. None for the batch when any row or value needs the careful
+        path (``line``), which then writes it or names the offending column."""
         o = self.options
         if o.output_old_value or o.output_handle_key:
             return None
-        q = o.quote
-        ns: dict[str, Any] = {"RowChange": RowChange, "TABLE": self.table, "D": o.delimiter, "END": o.terminator,
-                              "NULL": o.null, "Q": q, "QQ": q + q, "DOT0": ".0", "SEP": " ",
-                              "Decimal": _decimal.Decimal, "date": _dt.date, "datetime": _dt.datetime,
-                              "PREFIX": {kind: self.prefix[op] for kind, op in _OPS.items()},
-                              "b2a_base64": binascii.b2a_base64}
-        fields = []
-        for i, col in enumerate(self.table.columns):
-            v = f"v{i}"
-            ns[f"K{i}"] = col.name
-            conv = _formatter(col, o)
-            t = col.type
-            if conv is _int_text:
-                expr = f"str({v}) if type({v}) is int else F{i}({v})"
-            elif conv is go_float_text:  # Go's %v: plain digits in [1e-4, 1e6), else the careful formatter
-                expr = (f"(t if not (t := repr({v})).endswith(DOT0) else t[:-2]) if type({v}) is float and "
-                        f"(1e-4 <= {v} < 1e6 or -1e6 < {v} <= -1e-4) else F{i}({v})")
-            elif conv is _str_text and q:
-                expr = f"Q + ({v} if Q not in {v} else {v}.replace(Q, QQ)) + Q if type({v}) is str else F{i}({v})"
-            elif t == "DECIMAL" and q:
-                # format 'f' has exactly ``scale`` fraction digits iff the value needs no rescaling
-                if col.scale:
-                    ok = f"(t := format({v}, 'f'))[-{col.scale + 1}:-{col.scale}] == '.'"
-                else:
-                    ok = f"(t := format({v}, 'f'))[-1:].isdigit() and '.' not in t"
-                expr = f"Q + t + Q if type({v}) is Decimal and {ok} else F{i}({v})"
-            elif t == "DATE" and q:
-                expr = f"Q + {v}.isoformat() + Q if type({v}) is date else F{i}({v})"
-            elif t in ("DATETIME", "TIMESTAMP") and q and not col.fsp:
-                expr = (f"Q + {v}.isoformat(SEP) + Q if type({v}) is datetime and {v}.tzinfo is None "
-                        f"and not {v}.microsecond else F{i}({v})")
-            elif t in ("DATETIME", "TIMESTAMP") and q and col.fsp and 0 < col.fsp <= 6:
-                # a fraction is written with fsp digits; one finer than fsp goes to F (which raises)
-                ns[f"Z{i}"] = "." + "0" * col.fsp
-                expr = (f"Q + ({v}.isoformat(SEP)[:{20 + col.fsp}] if (u := {v}.microsecond) and not u % "
-                        f"{10 ** (6 - col.fsp)} else {v}.isoformat(SEP) + Z{i} if not u else F{i}({v})) + Q "
-                        f"if type({v}) is datetime and {v}.tzinfo is None else F{i}({v})")
-            elif t in BINARY_TYPES and q:
-                text = ("{v}.hex()" if o.binary_encoding_method == "hex"
-                        else "b2a_base64({v}, newline=False).decode()").format(v=v)
-                expr = f"Q + t + Q if type({v}) is bytes and Q not in (t := {text}) else F{i}({v})"
-            else:
-                expr = f"F{i}({v})"
-            ns[f"F{i}"] = self.columns[i][1]  # the careful field formatter (quotes, raises)
-            fields.append(f"{{NULL if ({v} := row[K{i}]) is None else {expr}}}")
-        ts = "{ev.commit_ts}{D}" if o.include_commit_ts else ""
+        ts = "{ts}{D}" if o.include_commit_ts else ""
         source = (
-            "def lines(events):\n"
+            "def lines(kinds, commit_ts, rows):\n"
             "    out = []\n"
             "    append = out.append\n"
-            "    for ev in events:\n"
-            "        row = ev.row\n"
-            "        if type(ev) is not RowChange or ev.table is not TABLE or row is None or ev.kind not in PREFIX:\n"
-            "            return None\n"
-            "        append(f\"{PREFIX[ev.kind]}{D}" + ts + "{D}".join(fields) + "{END}\")\n"
+            "    for kind, ts, row in zip(kinds, commit_ts, rows):\n"
+            "        append(f\"{PREFIX[kind]}{D}" + ts + "{D}".join("{" + f + "}" for f in fields) + "{END}\")\n"
             "    return out\n"
         )
-        exec(compile(source, "<cdcflow.csv line writer>", "exec"), ns)
+        exec(compile(source, f"<cdcflow.csv line writer {self.table.collection}>", "exec"), ns)
         lines = ns["lines"]
 
-        def checked(events):
+        def checked(kinds, commit_ts, rows):
             try:
-                return lines(events)
-            except (_ValueProblem, KeyError):
+                return lines(kinds, commit_ts, rows)
+            except (_ValueProblem, KeyError, TypeError):  # odd value, missing column, row not a dict
                 return None
         return checked
 
-    def _compile_column_texts(self) -> Callable[[dict], list]:
-        """Compile ``row -> [field text per column]`` once per table: one list display with the
-        formatters inlined instead of a loop over columns per row."""
-        o = self.options
-        q = o.quote
-        namespace: dict[str, Any] = {"null": o.null, "q": q, "qq": q + q, "_fail": _fail}
-        items = []
-        for i, ((name, fn), col) in enumerate(zip(self.columns, self.table.columns)):
-            v, t = f"v{i}", f"t{i}"
-            conv = _formatter(col, o)
-            if conv is _int_text:  # integers: inline, unquoted
-                expr = f"(str({v}) if type({v}) is int else _fail('needs an int'))"
-            elif q and conv is _str_text:  # strings: inline quoting
-                expr = (f"(q + ({v} if q not in {v} else {v}.replace(q, qq)) + q if type({v}) is str "
-                        f"else _fail('needs a str'))")
-            elif q and col.type not in _UNQUOTED_TYPES:  # formatted, then quoted inline
-                namespace[f"c{i}"] = conv
-                expr = f"(q + ({t} if q not in ({t} := c{i}({v})) else {t}.replace(q, qq)) + q)"
-            else:
-                namespace[f"f{i}"] = fn
-                expr = f"f{i}({v})"
-            items.append(f"null if ({v} := row[{name!r}]) is None else {expr}")
-        source = "def column_texts(row):\n    return [" + ", ".join(items) + "]\n"
-        exec(compile(source, "<cdcflow.csv column writer>", "exec"), namespace)
-        return namespace["column_texts"]
+    def _compile_column_texts(self, fields: list[str], ns: dict[str, Any]) -> Callable[[dict], list]:
+        source = "def column_texts(row):\n    return [" + ", ".join(fields) + "]\n"
+        exec(compile(source, f"<cdcflow.csv column writer {self.table.collection}>", "exec"), ns)
+        return ns["column_texts"]
 
     @staticmethod
     def _field_text(col: Column, options: CsvOptions, quote_field: Callable[[str], str]) -> Callable[[Any], str]:
@@ -347,12 +324,12 @@ class _Writer:
             return quoted_str
         return lambda v: quote_field(conv(v))
 
-    def line(self, op: str, ev: RowChange, row: dict, is_update: bool) -> str:
+    def line(self, op: str, commit_ts: int, row: dict, is_update: bool) -> str:
         o = self.options
         d = o.delimiter
         parts = [self.prefix[op]]
         if o.include_commit_ts:
-            parts.append(str(ev.commit_ts))
+            parts.append(str(commit_ts))
         if o.output_old_value:
             parts.append("true" if is_update else "false")
         if o.output_handle_key:
@@ -401,9 +378,38 @@ def _writer(table: TableSchema, options: CsvOptions) -> _Writer:
     return w
 
 
+_EV_TABLE = operator.attrgetter("table")
+_EV_KIND = operator.attrgetter("kind")
+_EV_COMMIT_TS = operator.attrgetter("commit_ts")
+_EV_ROW = operator.attrgetter("row")
+_EV_OLD = operator.attrgetter("old")
+
+
 def encode_rows(events: Iterable[RowChange], table: TableSchema, options: CsvOptions | None = None,
                 header: bool | None = None) -> bytes:
-    """Rows of one table -> CSV bytes as TiCDC's storage sink writes them.
+    """Rows of one table -> CSV bytes as TiCDC's storage sink writes them (``encode_table_rows``
+    over the events' fields).
+
+    ``header`` (default: ``options.output_field_header``) puts the header line first;
+    a writer appending to an existing file passes False.
+    """
+    events = events if type(events) is list else list(events)
+    if set(map(type, events)) - {RowChange}:
+        odd = next(ev for ev in events if type(ev) is not RowChange)
+        raise UnsupportedEvent(CODEC, None, f"CSV data files hold rows only, not {type(odd).__name__}")
+    tables = list(map(_EV_TABLE, events))
+    for t in dict(zip(map(id, tables), tables)).values():  # each distinct table object once
+        if t is not table and t.collection != table.collection:
+            raise UnsupportedEvent(CODEC, None, f"row of {t.collection} in a CSV file of {table.collection}")
+    return encode_table_rows(table, list(map(_EV_KIND, events)), list(map(_EV_COMMIT_TS, events)),
+                             list(map(_EV_ROW, events)), list(map(_EV_OLD, events)), options, header)
+
+
+def encode_table_rows(table: TableSchema, kinds: Sequence[str], commit_ts: Sequence[int], rows: Sequence[dict],
+                      olds: Sequence[dict | None] | None = None, options: CsvOptions | None = None,
+                      header: bool | None = None) -> bytes:
+    """Rows of one table as parallel sequences (kind, commit ts, row, old image per row: what
+    ``events.TableRows`` holds) -> CSV bytes; the one CSV writer (``encode_rows`` feeds it too).
 
     ``header`` (default: ``options.output_field_header``) puts the header line first;
     a writer appending to an existing file passes False.
@@ -413,26 +419,24 @@ def encode_rows(events: Iterable[RowChange], table: TableSchema, options: CsvOpt
     lines = []
     if options.output_field_header if header is None else header:
         lines.append(header_line(table, options))
-    fast = w.lines(events) if w.lines is not None and isinstance(events, (list, tuple)) else None
+    fast = w.lines(kinds, commit_ts, rows) if w.lines is not None else None
     if fast is not None:
         lines += fast
-        events = ()
-    for ev in events:
-        if type(ev) is not RowChange:
-            raise UnsupportedEvent(CODEC, None, f"CSV data files hold rows only, not {type(ev).__name__}")
-        if ev.table is not table and ev.table.collection != table.collection:
-            raise UnsupportedEvent(CODEC, None,
-                                   f"row of {ev.table.collection} in a CSV file of {table.collection}")
-        kind = ev.kind
-        if ev.row is None:
-            raise UnsupportedEvent(CODEC, None, f"{table.collection}: a {kind} row without values")
-        if kind == UPDATE and options.output_old_value and ev.old is not None:
-            lines.append(w.line("D", ev, ev.old, True))
-            lines.append(w.line("I", ev, ev.row, True))
-        elif kind in _OPS:
-            lines.append(w.line(_OPS[kind], ev, ev.row, kind == UPDATE))
-        else:
-            raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {kind!r}")
+    else:
+        split_updates = options.output_old_value
+        for kind, ts, row, old in zip(kinds, commit_ts, rows, _repeat(None) if olds is None else olds):
+            if type(row) is not dict:
+                raise UnsupportedEvent(CODEC, None, f"{table.collection}: a {kind} row without values" if row is None
+                                       else f"{table.collection}: a {kind} row is not a column -> value dict")
+            if kind == UPDATE and split_updates and old is not None:
+                if type(old) is not dict:
+                    raise UnsupportedEvent(CODEC, None, f"{table.collection}: an old image is not a dict")
+                lines.append(w.line("D", ts, old, True))
+                lines.append(w.line("I", ts, row, True))
+            elif kind in _OPS:
+                lines.append(w.line(_OPS[kind], ts, row, kind == UPDATE))
+            else:
+                raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {kind!r}")
     try:
         return "".join(lines).encode("utf-8")
     except UnicodeEncodeError as e:
@@ -455,7 +459,7 @@ class CsvDecoder:
         self.options = o = options or CsvOptions()
         self.source = source
         self._columns = tuple((c.name, _parser(c, o) or str) for c in table.columns)
-        self._convert_row = _row_converter(self._columns)
+        self._convert_row = _row_converter(table, self._columns)
         # Columns whose text could equal the NULL text: only there quoting decides NULL vs value.
         self._null_ambiguous = tuple(i for i, c in enumerate(table.columns) if c.type not in _UNQUOTED_TYPES)
         self._fast = (len(o.delimiter) == 1 and len(o.quote) == 1 and o.terminator in ("\r\n", "\n"))
@@ -850,20 +854,32 @@ class CsvColumns:
         return [RowChange(table, k, t, r) for k, t, r in zip(kinds, ts, rows)]
 
 
-def _row_converter(columns: tuple[tuple[str, Callable[[str], Any]], ...]) -> Callable[[list, int], dict]:
+def _row_converter(table: TableSchema, columns: tuple[tuple[str, Callable[[str], Any]], ...]
+                   ) -> Callable[[list, int], dict]:
     """Compile ``fields[k:] -> {column: native value}`` for one table: one dict display with the
-    converters inlined (text columns copied as they are), instead of a loop over columns per row."""
-    namespace: dict[str, Any] = {}
+    converters inlined (text columns copied as they are; DATE/DATETIME by TiDB's inline parse
+    forms, ``tidb.inline_parse_expr``), instead of a loop over columns per row."""
+    namespace: dict[str, Any] = {**INLINE_NAMES, "_bad": _bad}
     items = []
-    for i, (name, conv) in enumerate(columns):
+    for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
         at = f"f[k + {i}]" if i else "f[k]"
+        v = f"v{i}"
         if conv is str:
             items.append(f"{name!r}: {at}")
-        else:
+            continue
+        expr = None
+        if conv is parse_date or conv is parse_datetime:
+            memo = None
+            if col.type == "DATE":  # dates repeat: parsed once per distinct text
+                memo = f"m{i}"
+                namespace[memo] = {}
+            expr = inline_parse_expr(col.type, v, "_bad()", memo)
+        if expr is None:
             namespace[f"c{i}"] = conv
-            items.append(f"{name!r}: None if (v{i} := {at}) is None else c{i}(v{i})")
+            expr = f"c{i}({v})"
+        items.append(f"{name!r}: None if ({v} := {at}) is None else {expr}")
     source = "def convert_row(f, k):\n    return {" + ", ".join(items) + "}\n"
-    exec(compile(source, "<cdcflow.csv row converter>", "exec"), namespace)
+    exec(compile(source, f"<cdcflow.csv row converter {table.collection}>", "exec"), namespace)
     return namespace["convert_row"]
 
 

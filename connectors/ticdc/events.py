@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress as _compress
+from itertools import count as _count
+from itertools import islice as _islice
 from itertools import repeat as _repeat
+from operator import attrgetter
+from operator import ne as _ne
 
 from cdcflow.tidb import TableSchema
 
@@ -61,7 +66,7 @@ Event = RowChange | DDLEvent | ResolvedEvent
 # Mapping to and from OpenCDC records (the one place for every TiCDC format).
 # Shape of the records is documented in docs/ticdc-records.md.
 # ---------------------------------------------------------------------------
-from cdcflow.errors import RecordError  # noqa: E402
+from cdcflow.errors import CdcflowError, RecordError  # noqa: E402
 from cdcflow.record import (  # noqa: E402
     META_COLLECTION,
     META_CONTROL,
@@ -156,15 +161,6 @@ def _record_builder(table: TableSchema, store):
     namespace: dict = {"Record": Record, "CREATE": Operation.CREATE, "UPDATE": Operation.UPDATE,
                        "DELETE": Operation.DELETE, "INSERT_": INSERT, "UPDATE_": UPDATE, "DELETE_": DELETE,
                        "slow": _row_record, "store": store}
-    items = []
-    for i, (k, v) in enumerate(template.items()):
-        if k == META_CREATED_AT:
-            items.append(f"{k!r}: str((ts >> 18) * 1000000)")
-        elif k == META_COMMIT_TS:
-            items.append(f"{k!r}: str(ts)")
-        else:
-            namespace[f"m{i}"] = v
-            items.append(f"{k!r}: m{i}")
     key = "{" + ", ".join(f"{n!r}: row[{n!r}]" for n in names) + "}" if names else "None"
     source = (
         "def build(ev, position):\n"
@@ -172,7 +168,7 @@ def _record_builder(table: TableSchema, store):
         "    if row is None or ev.extra:\n"
         "        return slow(ev, position, store)\n"
         "    ts = ev.commit_ts\n"
-        "    md = {" + ", ".join(items) + "}\n"
+        + _metadata_statements(template, namespace, "str((ts >> 18) * 1000000)", "str(ts)", "    ") +
         "    try:\n"
         f"        key = {key}\n"
         "    except KeyError:\n"
@@ -235,26 +231,32 @@ def _columns_builder(table: TableSchema, store, dicts_only: bool = False):
         built = namespace["build"]
     else:
         template, key_names = _row_template(table, store)
-        items = []
-        for i, (k, v) in enumerate(template.items()):
-            if k == META_CREATED_AT:
-                items.append(f"{k!r}: str((ts >> 18) * 1000000)")
-            elif k == META_COMMIT_TS:
-                items.append(f"{k!r}: str(ts)")
-            else:
-                namespace[f"m{i}"] = v
-                items.append(f"{k!r}: m{i}")
-        md = "{" + ", ".join(items) + "}"
         by_name = dict(zip(names, values))
         key = "{" + ", ".join(f"{n!r}: {by_name[n]}" for n in key_names) + "}" if key_names else "None"
+        # rows of one transaction (or a file without commit ts) share the metadata texts
+        metadata = ("        if ts != last:\n"
+                    "            last = ts\n"
+                    "            created = str((ts >> 18) * 1000000)\n"
+                    "            ts_text = str(ts)\n"
+                    + _metadata_statements(template, namespace, "created", "ts_text", "        "))
         source = (
             "def all_created(positions, commit_ts, columns):\n"
-            f"    return [Record(p, CREATE, {md}, {key}, None, {row})\n"
-            f"            for p, ts, {targets} in zip(positions, commit_ts, *columns)]\n"
+            "    out = []\n"
+            "    append = out.append\n"
+            "    last = None\n"
+            f"    for p, ts, {targets} in zip(positions, commit_ts, *columns):\n"
+            + metadata +
+            f"        append(Record(p, CREATE, md, {key}, None, {row}))\n"
+            "    return out\n"
             "def mixed(positions, operations, commit_ts, columns):\n"
-            f"    return [Record(p, op, {md}, {key}, r if op is DELETE else None, None if op is DELETE else r)\n"
-            f"            for p, op, ts, {targets} in zip(positions, operations, commit_ts, *columns)\n"
-            f"            for r in [{row}]]\n"
+            "    out = []\n"
+            "    append = out.append\n"
+            "    last = None\n"
+            f"    for p, op, ts, {targets} in zip(positions, operations, commit_ts, *columns):\n"
+            + metadata +
+            f"        r = {row}\n"
+            f"        append(Record(p, op, md, {key}, r if op is DELETE else None, None if op is DELETE else r))\n"
+            "    return out\n"
         )
         exec(compile(source, f"<cdcflow.ticdc column record builder {table.collection}>", "exec"), namespace)
         built = (namespace["all_created"], namespace["mixed"])
@@ -262,6 +264,16 @@ def _columns_builder(table: TableSchema, store, dicts_only: bool = False):
         _COLUMN_BUILDERS.clear()
     _COLUMN_BUILDERS[cache_key] = (table, store, built)
     return built
+
+
+def _metadata_statements(template: dict, namespace: dict, created: str, ts_text: str, indent: str) -> str:
+    """Generated statements that set ``md`` to a row's metadata: a copy of the per-table
+    ``template`` (a C-level clone of its keys) with the ``created`` and ``ts_text`` expressions
+    slotted in; ``template`` goes into ``namespace``."""
+    namespace["_template_copy"] = template.copy
+    return (f"{indent}md = _template_copy()\n"
+            f"{indent}md[{META_CREATED_AT!r}] = {created}\n"
+            f"{indent}md[{META_COMMIT_TS!r}] = {ts_text}\n")
 
 
 def _row_record(ev: RowChange, position: bytes, store) -> Record:
@@ -432,6 +444,142 @@ def from_records(records, store=None) -> list[Event]:
             continue
         append(RowChange(table, kind, ts, row, old, {} if md.keys() <= _NOT_EXTRA else _extra_of(md)))
     return out
+
+
+@dataclass(slots=True)
+class TableRows:
+    """Row records of one table as encoders read them: parallel lists instead of a RowChange
+    per row. ``indexes`` are the records' places in the batch they came from; ``kinds`` are
+    INSERT/UPDATE/DELETE; ``olds`` holds the pre-image of an UPDATE (None elsewhere). Each
+    field is what ``from_records`` puts in the row's ``RowChange`` (``extra`` aside: see
+    ``events``). ``tables`` is None while every row is of ``table`` (the same object); rows of
+    another object appended by ``extend`` make it the table per row."""
+
+    table: TableSchema
+    indexes: list[int]
+    kinds: list[str]
+    commit_ts: list[int]
+    rows: list[dict | None]
+    olds: list[dict | None]
+    tables: list[TableSchema] | None = None
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    @classmethod
+    def of_event(cls, ev: RowChange, index: int) -> "TableRows":
+        return cls(ev.table, [index], [ev.kind], [ev.commit_ts], [ev.row], [ev.old])
+
+    def extend(self, other: "TableRows") -> None:
+        """Append ``other``'s rows; ``table`` stays this object's."""
+        if self.tables is not None or other.tables is not None or other.table is not self.table:
+            self.tables = (self.tables or [self.table] * len(self)) + (other.tables or [other.table] * len(other))
+        self.indexes += other.indexes
+        self.kinds += other.kinds
+        self.commit_ts += other.commit_ts
+        self.rows += other.rows
+        self.olds += other.olds
+
+    def select(self, start: int, end: int) -> "TableRows":
+        """Rows ``[start, end)`` (positions in this object, not batch indexes), in new lists."""
+        return TableRows(self.table, self.indexes[start:end], self.kinds[start:end], self.commit_ts[start:end],
+                         self.rows[start:end], self.olds[start:end],
+                         None if self.tables is None else self.tables[start:end])
+
+    def take(self, positions: Iterable[int]) -> "TableRows":
+        """The rows at ``positions`` (in order), in new lists."""
+        picked = list(positions)
+        return TableRows(self.table, *([seq[k] for k in picked] for seq in (
+            self.indexes, self.kinds, self.commit_ts, self.rows, self.olds)),
+            None if self.tables is None else [self.tables[k] for k in picked])
+
+    def events(self, records: Sequence[Record]) -> list[RowChange]:
+        """The rows as ``RowChange`` with ``extra`` from ``records`` (the batch ``indexes`` refer
+        to): exactly what ``from_records`` returns for them."""
+        tables = _repeat(self.table) if self.tables is None else self.tables
+        return [RowChange(t, k, ts, row, old, _extra_of(records[i].metadata))
+                for t, i, k, ts, row, old in zip(tables, self.indexes, self.kinds, self.commit_ts, self.rows,
+                                                 self.olds)]
+
+
+_METADATA = attrgetter("metadata")
+_OPERATION = attrgetter("operation")
+_AFTER = attrgetter("after")
+_DICT_GET = dict.get
+
+
+def records_to_rows(records: Sequence[Record], store) -> list["TableRows | int"]:
+    """A batch of records mapped as ``from_records`` maps it, without a ``RowChange`` per row:
+    each run of consecutive row records referencing the same table (same schema subject, version
+    and partition) comes back as one ``TableRows``; every other record (control records, records
+    referencing no schema, and any run with a surprise in it: an unknown operation, a payload
+    that is not a dict, a missing or bad commit ts) comes back as its index, for the caller to
+    map with ``from_record`` (which also raises the typed error). Order is kept.
+
+    For encoders that take a table's rows at once (CSV): the work per record is a few C-level
+    passes over the batch (metadata lookups, operations, payloads, ``int`` of the commit ts)."""
+    n = len(records)
+    if store is None or not n:
+        return list(range(n))
+    mds = list(map(_METADATA, records))
+    refs = list(zip(map(_DICT_GET, mds, _repeat(META_PAYLOAD_SCHEMA_SUBJECT)),
+                    map(_DICT_GET, mds, _repeat(META_PAYLOAD_SCHEMA_VERSION)),
+                    map(_DICT_GET, mds, _repeat(META_PARTITION)),
+                    map(_DICT_GET, mds, _repeat(META_CONTROL))))
+    starts = [0, *_compress(_count(1), map(_ne, _islice(refs, 1, None), refs)), n]
+    out: list[TableRows | int] = []
+    for a, b in zip(starts, starts[1:]):
+        subject, version, _, control = refs[a]
+        run = _run_rows(records, mds, a, b, store) if control is None and subject is not None \
+            and version is not None else None
+        if run is None:
+            out += range(a, b)
+        else:
+            out.append(run)
+    return out
+
+
+def _run_rows(records: Sequence[Record], mds: list, a: int, b: int, store) -> TableRows | None:
+    """Records ``[a, b)`` (one schema reference, no control record) as ``TableRows``; None when
+    ``from_records`` would send any of them to ``from_record``."""
+    try:
+        table = _referenced_table(records[a], store)
+        commit_ts = list(map(int, map(_DICT_GET, mds[a:b], _repeat(META_COMMIT_TS))))
+    except (CdcflowError, ValueError, TypeError):  # a bad reference or commit ts: from_record names it
+        return None
+    if table is None:
+        return None
+    run = records[a:b]
+    m = b - a
+    ops = list(map(_OPERATION, run))
+    if ops.count(Operation.CREATE) == m:
+        rows = list(map(_AFTER, run))
+        if set(map(type, rows)) != {dict}:
+            return None
+        return TableRows(table, list(range(a, b)), [INSERT] * m, commit_ts, rows, [None] * m)
+    kinds: list[str] = []
+    rows = []
+    olds: list[dict | None] = []
+    op_kind = _OP_KIND
+    for record, op in zip(run, ops):
+        kind = op_kind.get(op)
+        if kind is None:
+            return None
+        old = None
+        if kind == DELETE:
+            row = record.before
+            if row is None:
+                row = record.key
+        else:
+            row = record.after
+            if kind == UPDATE:
+                old = record.before
+        if (row is not None and type(row) is not dict) or (old is not None and type(old) is not dict):
+            return None
+        kinds.append(kind)
+        rows.append(row)
+        olds.append(old)
+    return TableRows(table, list(range(a, b)), kinds, commit_ts, rows, olds)
 
 
 def _commit_ts(record: Record, key: str = META_COMMIT_TS) -> int:

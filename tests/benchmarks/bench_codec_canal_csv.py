@@ -16,7 +16,8 @@ import orjson
 
 from cdcflow.connectors.ticdc import canal_json as cj
 from cdcflow.connectors.ticdc import csv as tcsv
-from cdcflow.connectors.ticdc.events import RowChange, to_records
+from cdcflow.connectors.ticdc.events import RowChange, from_records, records_to_rows, to_records
+from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
 from timing import best_rates
 
@@ -91,13 +92,24 @@ def main() -> None:
         csv.writer(buf, lineterminator="\r\n").writerows(str_rows)
         return buf.getvalue().encode()
 
+    store = SchemaStore()
+    records = to_records(events, positions, store)
+
+    def csv_from_records():  # the storage destination's path: no RowChange per row
+        return b"".join(tcsv.encode_table_rows(r.table, r.kinds, r.commit_ts, r.rows, r.olds, opts)
+                        for r in records_to_rows(records, store))
+
+    assert csv_from_records() == tcsv.encode_rows(from_records(records, store), TABLE, opts) == data
     rows_out += [("csv decode", rate(lambda: cdec.decode(data), n), rate(csv_floor_read, n), "csv.reader"),
                  ("csv decode+to_record", rate(lambda: to_records(cdec.decode(data), positions), n),
                   rate(csv_floor_read, n), "csv.reader"),
                  ("csv decode_columns+records", rate(lambda: cdec.decode_columns(data).records(positions), n),
                   rate(csv_floor_read, n), "csv.reader"),
                  ("csv encode", rate(lambda: tcsv.encode_rows(events, TABLE, opts), n), rate(csv_floor_write, n),
-                  "csv.writer")]
+                  "csv.writer"),
+                 ("csv encode <- from_records", rate(lambda: tcsv.encode_rows(from_records(records, store), TABLE, opts),
+                                                     n), rate(csv_floor_write, n), "csv.writer"),
+                 ("csv encode <- records_to_rows", rate(csv_from_records, n), rate(csv_floor_write, n), "csv.writer")]
 
     print(f"{n} rows, 10 mixed columns; canal-json message {size:.0f} B, CSV row {len(data) / n:.0f} B")
     print(f"{'path':30} {'cdcflow rec/s':>14} {'floor rec/s':>12} {'ratio':>6}  floor")

@@ -119,10 +119,10 @@ def main() -> None:
     d = StorageDestination()
     d.configure(validate("storage", DESTINATION_PARAMS, settings))
     d.open()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in batches:
         d.write(b)
-    write_s = time.perf_counter() - t0
+    write_s, write_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     out = io.StringIO()
     t0 = time.perf_counter()
@@ -136,7 +136,7 @@ def main() -> None:
 
     src = StorageSource()
     src.configure(validate("storage", SOURCE_PARAMS, settings))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     got = 0
     for part in src.partitions():
         s = StorageSource()
@@ -144,7 +144,7 @@ def main() -> None:
         s.open(None, part)
         while batch := s.read(10_000):
             got += len(batch)
-    read_s = time.perf_counter() - t0
+    read_s, read_cpu = time.perf_counter() - t0, time.process_time() - c0
     assert got == per_table * TABLES, got
 
     t0 = time.perf_counter()
@@ -187,6 +187,8 @@ def main() -> None:
     print(f"{'case (single process)':<26}{'cdcflow rows/s':>16}{'csv loop rows/s':>17}{'ratio':>8}")
     print(f"{'read':<26}{got / read_s:>16,.0f}{cnt / base_read_s:>17,.0f}{base_read_s / read_s:>8.2f}")
     print(f"{'write':<26}{got / write_s:>16,.0f}{got / base_write_s:>17,.0f}{base_write_s / write_s:>8.2f}")
+    print(f"(CPU per row, this process: read {read_cpu / got * 1e6:.2f} us, write {write_cpu / got * 1e6:.2f} us; "
+          "pin with taskset -c 0 to compare runs)")
     print(f"{'(same job by hand: csv.reader + conversion + orjson lines to a file: '}{hand / hand_read_s:,.0f} rows/s)")
     if args.no_engine:
         return

@@ -166,3 +166,33 @@ def test_uri_query_and_discrete_settings(tmp_path):
         make_destination({"uri": f"ftp://host/x"})
     with pytest.raises(ConfigError):
         make_destination({"uri": f"{tmp_path}?bogus=1"})
+
+
+def test_one_batch_across_days_and_tables_keeps_row_order_per_directory(tmp_path):
+    """A batch whose runs span two days and two tables, with a record that cannot be written in
+    the middle: each (table, day) directory gets one file holding its rows in arrival order, the
+    bad record alone gets an error."""
+    d = make_destination({"uri": f"file://{tmp_path}", "date-separator": "day", "include-commit-ts": "true"})
+    store = default_store()
+    day_ms = 86_400_000
+    t0 = (1_700_000_000_000 // day_ms * day_ms + day_ms - 2) << 18  # 2 ms before a UTC midnight
+    other = TableSchema("hr", "office", (Column("Id", "INT", nullable=False, primary_key=True, handle_key=True),),
+                        version=5)
+    evs = []
+    for k in range(6):
+        evs.append(RowChange(EMPLOYEE, INSERT, t0 + (k << 18), {"Id": k, "LastName": "a", "FirstName": "b",
+                                                                "HireDate": dt.date(2020, 1, 1), "OfficeLocation": None}))
+        evs.append(RowChange(other, UPDATE if k % 2 else DELETE, t0 + (k << 18), {"Id": 100 + k}, {"Id": 1} if k % 2 else None))
+    records = [to_record(e, b"", store) for e in evs]
+    records[4].after = {**records[4].after, "HireDate": "not a date"}  # employee row k=2
+    errors = d.write(records)
+    assert errors is not None and [i for i, e in enumerate(errors) if e] == [4] and "HireDate" in errors[4]
+    days = [layout.date_dir(t0, "day"), layout.date_dir(t0 + (5 << 18), "day")]
+    assert days[0] != days[1]
+    got = {}
+    for table, version in (("employee", EMPLOYEE.version), ("office", 5)):
+        for day in days:
+            text = (tmp_path / "hr" / table / str(version) / day / "CDC00000000000000000001.csv").read_text()
+            got[(table, day)] = [line.split(",")[4] for line in text.splitlines()]
+    assert got[("employee", days[0])] == ["0", "1"] and got[("employee", days[1])] == ["3", "4", "5"]
+    assert got[("office", days[0])] == ["100", "101"] and got[("office", days[1])] == ["102", "103", "104", "105"]

@@ -290,7 +290,7 @@ def _row_wise(dec: tcsv.CsvDecoder, data: bytes) -> list[RowChange]:
 def _careful_lines(events, table, o: tcsv.CsvOptions) -> bytes:
     w = tcsv._Writer(table, o)
     head = [tcsv.header_line(table, o)] if o.output_field_header else []
-    return "".join(head + [w.line(tcsv._OPS[e.kind], e, e.row, e.kind == "update") for e in events]).encode()
+    return "".join(head + [w.line(tcsv._OPS[e.kind], e.commit_ts, e.row, e.kind == "update") for e in events]).encode()
 
 
 @st.composite
@@ -404,3 +404,70 @@ def test_fast_writer_leaves_odd_values_to_the_careful_writer():
         bad = RowChange(MANY, "insert", 5, {**ev[1].row, column: value})
         with pytest.raises(UnrepresentableValue, match=column):
             tcsv.encode_rows(ev + [bad], MANY, o)
+
+
+# --------------------------------------------------------------------------- one writer, inline forms
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.floats(), st.floats(-1e7, 1e7), st.floats(-1e-3, 1e-3), st.integers(), st.none(),
+                 st.sampled_from([0.0, -0.0, 1e-4, -1e-4, 1e6, -1e6, 999999.9999999999, 9.999999999999999e-05])))
+def test_inline_go_float_expr_equals_format_go_float(value):
+    from cdcflow import tidb
+
+    def outcome(fn):
+        try:
+            return fn(value)
+        except Exception as e:
+            return type(e)
+    ns = {"slow": tidb.format_go_float}
+    exec(f"def f(v):\n    return {tidb.inline_go_float_expr('v', 'slow(v)')}\n", ns)
+    assert outcome(ns["f"]) == outcome(tidb.format_go_float)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_events(), st.sampled_from(range(len(OPTION_SETS))))
+def test_encode_table_rows_is_encode_rows(data, which):
+    table, batch = data
+    o = OPTION_SETS[which]
+    try:
+        want = tcsv.encode_rows(batch, table, o)
+    except UnrepresentableValue as e:
+        with pytest.raises(UnrepresentableValue) as got:
+            tcsv.encode_table_rows(table, [e.kind for e in batch], [e.commit_ts for e in batch],
+                                   [e.row for e in batch], [e.old for e in batch], o)
+        assert str(got.value) == str(e)
+        return
+    assert tcsv.encode_table_rows(table, [e.kind for e in batch], [e.commit_ts for e in batch],
+                                  [e.row for e in batch], [e.old for e in batch], o) == want
+
+
+def test_quote_or_delimiter_inside_a_text_form_is_still_escaped():
+    """A quote character that can occur in a DATE/DECIMAL/DATETIME text ('-', '.', ':') must be
+    doubled, and with backslash escaping a delimiter that can occur in one must be escaped: the
+    inline forms step aside there and the careful writer (which does both) takes the column."""
+    t = TableSchema("s", "t", (Column("d", "DATE"), Column("p", "DECIMAL", precision=6, scale=2),
+                               Column("ts", "DATETIME", fsp=0)))
+    row = {"d": datetime.date(2024, 5, 6), "p": decimal.Decimal("-1.50"), "ts": datetime.datetime(2024, 5, 6, 7, 8, 9)}
+    ev = RowChange(t, "insert", 0, row)
+    for o in (tcsv.CsvOptions(quote="-"), tcsv.CsvOptions(quote="."), tcsv.CsvOptions(quote=":"),
+              tcsv.CsvOptions(quote="", delimiter="-"), tcsv.CsvOptions(quote="", delimiter=":", null="1.50"),
+              tcsv.CsvOptions(quote="", delimiter="|")):
+        data = tcsv.encode_rows([ev], t, o)
+        assert data == _careful_lines([ev], t, o), o
+        assert [e.row for e in tcsv.CsvDecoder(t, o).decode(data)] == [row], (o, data)
+    assert tcsv.encode_rows([ev], t, tcsv.CsvOptions(quote="-")).startswith(b'-I-,-t-,-s-,-2024--05--06-,---1.50-,')
+
+
+def test_encode_rows_refuses_other_events_and_tables():
+    from cdcflow.connectors.ticdc.events import ResolvedEvent
+
+    ev = _many(2)
+    with pytest.raises(UnsupportedEvent, match="rows only, not ResolvedEvent"):
+        tcsv.encode_rows(ev + [ResolvedEvent(1)], MANY)
+    other = TableSchema("db", "other", MANY.columns)
+    with pytest.raises(UnsupportedEvent, match="row of db.other in a CSV file of db.many"):
+        tcsv.encode_rows(ev + [dataclasses.replace(ev[0], table=other)], MANY)
+    twin = TableSchema("db", "many", MANY.columns)  # another object of the same table: written
+    assert tcsv.encode_rows([dataclasses.replace(e, table=twin) for e in ev], MANY) == tcsv.encode_rows(ev, MANY)
+    with pytest.raises(UnsupportedEvent, match="row without values"):
+        tcsv.encode_rows([dataclasses.replace(ev[0], row=None)], MANY)

@@ -136,3 +136,110 @@ def test_round_trip_every_type(data, table, kind, ts):
     rec = to_record(ev, b"p", store)
     assert from_record(rec, store) == ev
     store.close()
+
+
+# --------------------------------------------------------------------------- records_to_rows
+# A batch mapped without RowChanges must give exactly what from_records gives, record by record.
+
+_ROWS_STORE = SchemaStore()  # one store for every example (tables register once per schema)
+_OTHER = TableSchema("shop", "other", (Column("k", "INT", nullable=False, primary_key=True, handle_key=True),
+                                       Column("v", "VARCHAR", length=8)))
+
+
+@st.composite
+def _mixed_batches(draw):
+    """Records of two tables (runs and interleavings), with DDL/resolved control records, a
+    partitioned version, and records from_records sends to from_record (no schema reference,
+    raw payloads, bad or missing commit ts, dict subclasses, SNAPSHOT, key-only deletes)."""
+    table = draw(tables(max_columns=5))
+    parted = TableSchema(table.schema, table.table, table.columns, partition=7)
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        what = draw(st.sampled_from(["row", "row", "row", "other", "parted", "ddl", "resolved", "noref", "raw",
+                                     "badts", "nots", "subclass", "snapshot", "keydelete"]))
+        ts = draw(st.integers(0, 2**64 - 1))
+        if what == "ddl":
+            out.append(to_record(DDLEvent(table.schema, table.table, "ALTER TABLE x", ts, 5, table), b"d",
+                                 _ROWS_STORE))
+            continue
+        if what == "resolved":
+            out.append(to_record(ResolvedEvent(ts), b"r", _ROWS_STORE))
+            continue
+        t = {"other": _OTHER, "parted": parted}.get(what, table)
+        kind = draw(st.sampled_from([INSERT, UPDATE, DELETE])) if what != "keydelete" else DELETE
+        row = draw(rows(t))
+        ev = RowChange(t, kind, ts, row, draw(rows(t)) if kind == UPDATE and draw(st.booleans()) else None)
+        rec = to_record(ev, b"p", _ROWS_STORE)
+        md = rec.metadata
+        if what == "noref":
+            for k in [k for k in md if k.startswith("opencdc.payload.schema") or k.startswith("opencdc.key.schema")]:
+                del md[k]
+        elif what == "raw":
+            rec.after = b"raw"
+        elif what == "badts":
+            md["ticdc.commit-ts"] = "x"
+        elif what == "nots":
+            del md["ticdc.commit-ts"]
+        elif what == "subclass" and rec.after is not None:
+            rec.after = type("Row", (dict,), {})(rec.after)
+        elif what == "snapshot" and kind == INSERT:
+            rec.operation = Operation.SNAPSHOT
+        elif what == "keydelete":
+            rec.before = None
+        if draw(st.booleans()):
+            md["ticdc.claim-check-location"] = "s3://x"  # an extra
+        out.append(rec)
+    return out
+
+
+def _mapped(record, store):
+    try:
+        return from_record(record, store)
+    except RecordError as e:
+        return type(e)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_mixed_batches())
+def test_records_to_rows_equals_from_records(batch):
+    from cdcflow.connectors.ticdc.events import TableRows, from_records, records_to_rows
+
+    store = _ROWS_STORE
+    items = records_to_rows(batch, store)
+    seen = []
+    for item in items:
+        if type(item) is int:
+            seen.append(item)
+            continue
+        assert isinstance(item, TableRows) and len(item) == len(item.kinds) == len(item.rows) == len(item.olds)
+        seen += item.indexes
+        got = item.events(batch)
+        assert got == [_mapped(batch[i], store) for i in item.indexes]
+        try:
+            assert got == from_records([batch[i] for i in item.indexes], store)
+        except RecordError:
+            raise AssertionError("a run from_records cannot map came back as TableRows")
+        assert {id(ev.table) for ev in got} == {id(item.table)}
+    assert seen == list(range(len(batch)))
+
+
+def test_table_rows_extend_select_take_keep_each_rows_table(store):
+    from cdcflow.connectors.ticdc.events import TableRows, records_to_rows
+
+    evs = [RowChange(ORDERS, INSERT, TS + k, {"id": k, "price": None, "note": str(k)}) for k in range(4)]
+    twin = TableSchema("shop", "orders", ORDERS.columns, version=9)  # equal columns, another object
+    recs = [to_record(e, b"", store) for e in evs] + [to_record(RowChange(twin, DELETE, TS, {"id": 9}), b"", store)]
+    first, second = records_to_rows(recs, store)
+    assert (first.indexes, second.indexes, second.kinds) == ([0, 1, 2, 3], [4], [DELETE])
+    assert first.tables is None
+    orders = first.table  # the store's copy of ORDERS
+    assert orders == ORDERS and second.table.version == 9 and second.table is not orders
+    first.extend(second)
+    assert first.table is orders and first.tables[-1] is second.table and len(first) == 5
+    assert [e.table for e in first.events(recs)] == [orders] * 4 + [second.table]
+    part = first.take([4, 0])
+    assert (part.indexes, part.rows) == ([4, 0], [{"id": 9}, evs[0].row])
+    assert part.tables[0] is second.table and part.tables[1] is orders
+    assert first.select(1, 3).commit_ts == [TS + 1, TS + 2]
+    assert TableRows.of_event(evs[2], 7).events(recs[:3] + [recs[2]] * 5)[0] == evs[2]
+    assert records_to_rows(recs, None) == [0, 1, 2, 3, 4]
