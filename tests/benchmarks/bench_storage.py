@@ -53,7 +53,7 @@ def table(i: int) -> TableSchema:
 def rows(n: int, t: TableSchema, start: int):
     base = dt.datetime(2024, 1, 1)
     for k in range(start, start + n):
-        yield {"id": k, "a": k % 1000, "b": k * 7, "c": k / 3, "d": decimal.Decimal(k % 100000) / 100,
+        yield {"id": k, "a": k % 1000, "b": k * 7, "c": k / 3, "d": decimal.Decimal(k % 100000).scaleb(-2),
                "e": f"name {k}", "f": "x,y\"z", "g": dt.date(2024, 1, 1 + k % 28),
                "h": base + dt.timedelta(seconds=k), "i": k % 100}
 
