@@ -7,6 +7,7 @@ plugin of the registry; a bare ``NAME[@VERSION]`` means ``builtin:NAME``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from .server import serve
 
+    # what is loaded now lives as long as the process: keep full collections from walking it
+    # again for every batch of records the plugin holds (the engine's workers do the same)
+    gc.collect()
+    gc.freeze()
     return serve(info)
 
 
