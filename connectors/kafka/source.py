@@ -260,16 +260,22 @@ class KafkaSource(Source):
                 state = state_json()
             pos = b'["row",%d,0,%s]' % (m.offset() + 1, state)
             if t is Record:  # opencdc-json: already a record, keep its place in the batch
-                if events:
-                    out.extend(to_records(events, positions, store))
-                    events, positions = [], []
-                ev.position = pos
-                out.append(ev)
+                self._place_record(ev, pos, events, positions)
             else:
                 events.append(ev)
                 positions.append(pos)
         if events:
             out.extend(to_records(events, positions, store))
+
+    def _place_record(self, record: Record, pos: bytes, events: list, positions: list) -> None:
+        """A message that already is a record: flush the row events before it so the batch keeps
+        message order, then add it with its position (the pending lists are emptied in place)."""
+        if events:
+            self._outbox.extend(to_records(events, positions, self._store))
+            events.clear()
+            positions.clear()
+        record.position = pos
+        self._outbox.append(record)
 
     def _read_rows_multi(self, msgs: list) -> None:
         """Messages of several events (open protocol), or a restart inside such a message."""
@@ -291,11 +297,7 @@ class KafkaSource(Source):
                 nxt, skip = (off + 1, 0) if i + 1 >= n else (off, i + 1)
                 pos = b'["row",%d,%d,%s]' % (nxt, skip, dedup.state_json())
                 if t is Record:
-                    if events:
-                        out.extend(to_records(events, positions, store))
-                        events, positions = [], []
-                    ev.position = pos
-                    out.append(ev)
+                    self._place_record(ev, pos, events, positions)
                 else:
                     events.append(ev)
                     positions.append(pos)
