@@ -767,6 +767,16 @@ def _options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+
+
+def _int_bounds(code: int, col) -> tuple[int, int]:
+    """Inclusive range of an integer-coded column: its TiDB int type, YEAR (13) or BIT(n) (16)."""
+    if code in _INT_CODES:
+        return _INT_RANGE[code][1 if col.unsigned else 0]
+    if code == 13:
+        return 0, 2155
+    return 0, (1 << (col.length or 64)) - 1
+
 def _native_to_wire(table: TableSchema, col: Column) -> Callable[[Any], Any]:
     """Converter for one column's native value (never None) to its JSON value.
     Raises UnrepresentableValue naming table, column and value."""
@@ -777,12 +787,7 @@ def _native_to_wire(table: TableSchema, col: Column) -> Callable[[Any], Any]:
         return UnrepresentableValue(CODEC, where, col.name, v, why)
 
     if code in _INT_CODES or code == 13 or code == 16:
-        if code in _INT_CODES:
-            lo, hi = _INT_RANGE[code][1 if col.unsigned else 0]
-        elif code == 13:
-            lo, hi = 0, 2155
-        else:
-            lo, hi = 0, (1 << (col.length or 64)) - 1
+        lo, hi = _int_bounds(code, col)
 
         def enc_int(v):
             if type(v) is not int or not lo <= v <= hi:
@@ -938,12 +943,7 @@ def _wire_expr(col: Column, code: int, conv: Callable[[Any], Any], v: str, ns: d
     slow = f"f{i}({v})"
     kind = conv.__name__
     if kind == "enc_int":
-        if code in _INT_CODES:
-            lo, hi = _INT_RANGE[code][1 if col.unsigned else 0]
-        elif code == 13:
-            lo, hi = 0, 2155
-        else:
-            lo, hi = 0, (1 << (col.length or 64)) - 1
+        lo, hi = _int_bounds(code, col)
         return f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else {slow})"
     if kind in ("enc_text", "enc_json"):
         return f"({v} if type({v}) is str else {slow})"
