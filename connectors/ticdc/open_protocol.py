@@ -767,8 +767,6 @@ def _options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-
-
 def _int_bounds(code: int, col) -> tuple[int, int]:
     """Inclusive range of an integer-coded column: its TiDB int type, YEAR (13) or BIT(n) (16)."""
     if code in _INT_CODES:
