@@ -775,6 +775,7 @@ def _int_bounds(code: int, col) -> tuple[int, int]:
         return 0, 2155
     return 0, (1 << (col.length or 64)) - 1
 
+
 def _native_to_wire(table: TableSchema, col: Column) -> Callable[[Any], Any]:
     """Converter for one column's native value (never None) to its JSON value.
     Raises UnrepresentableValue naming table, column and value."""
