@@ -399,8 +399,12 @@ class _DecoderGen(Generator):
         z = s.var("z")
         s.emit(i, f"{z} = d[p]")
         s.emit(i, "p += 1")
-        s.emit(i, f"if {z} > 127:")
-        s.emit(i + 1, f"{z}, p = _rv(d, p, {z})")
+        s.emit(i, f"if {z} > 127:")  # two bytes inline (values below 8192: string lengths, most ids)
+        s.emit(i + 1, f"if d[p] < 128:")
+        s.emit(i + 2, f"{z} = {z} & 127 | d[p] << 7")
+        s.emit(i + 2, "p += 1")
+        s.emit(i + 1, "else:")
+        s.emit(i + 2, f"{z}, p = _rv(d, p, {z})")
         return z
 
     def _long(self, i: int) -> str:
@@ -409,14 +413,16 @@ class _DecoderGen(Generator):
         self.src.emit(i, f"{v} = ({z} >> 1) ^ -({z} & 1)")
         return v
 
-    def _raw(self, i: int) -> str:
+    def _raw(self, i: int, then: str = "") -> str:
+        """Read a length-prefixed byte string; ``then`` is a method applied to the slice (``.decode()``)."""
         s = self.src
-        n = self._long(i)
-        v = s.var("v")
-        s.emit(i, f"if {n} < 0:")
+        z = self._varint(i)  # the zigzag length: odd is negative
+        v, e = s.var("v"), s.var("e")
+        s.emit(i, f"if {z} & 1:")
         s.emit(i + 1, "raise _M")
-        s.emit(i, f"{v} = d[p:p + {n}]")
-        s.emit(i, f"p += {n}")  # past the end: the caller's final length check sends it to fastavro
+        s.emit(i, f"{e} = p + ({z} >> 1)")
+        s.emit(i, f"{v} = d[p:{e}]{then}")
+        s.emit(i, f"p = {e}")  # past the end: the caller's final length check sends it to fastavro
         return v
 
     def value(self, node: Any, i: int) -> str:
@@ -443,9 +449,7 @@ class _DecoderGen(Generator):
         if kind == "bytes":
             return self._raw(i)
         if kind == "string":
-            raw = self._raw(i)
-            s.emit(i, f"{raw} = {raw}.decode()")
-            return raw
+            return self._raw(i, ".decode()")
         if kind == "bigint":
             raw = self._raw(i)
             s.emit(i, f"{raw} = _from_bytes({raw}, 'big', signed=True)")

@@ -71,6 +71,20 @@ class SchemaRefs:
             self._codecs[(subject, v)] = codec
         return codec
 
+    def first_derived(self, metadata: dict[str, str], part: str) -> tuple[Codec, str, str] | None:
+        """(codec, default subject, version) that ``attach`` tries first for ``part`` when the
+        metadata names no schema: the default subject's most recent derived one; None if none yet.
+
+        Why: a writer that remembers nothing per record can take this schema directly when the
+        values fit it, and only call ``attach`` (which would try it first too) when they do not.
+        """
+        default_subject = f"{metadata.get(META_COLLECTION) or 'cdcflow'}.{part}"
+        recent = self._recent.get(default_subject)
+        if not recent:
+            return None
+        codec, version = recent[0]
+        return codec, default_subject, version
+
     def attach(
         self,
         metadata: dict[str, str],
