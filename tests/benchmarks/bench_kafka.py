@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -218,6 +219,7 @@ def main() -> None:
         print(f"engine wall {wall:.1f}s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
         broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import datetime as dt
 import decimal
 import io
 import os
+import shutil
 import tempfile
 import time
 
@@ -99,13 +100,27 @@ def engine_run(pid: str, src: str, dst_plugin: str, dst_settings: dict, master: 
 
 
 def main() -> None:
+    base = tempfile.mkdtemp(prefix="bench_storage_")  # everything the run writes; removed at the end
+    try:
+        run(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _fresh_dir(base: str, name: str) -> str:
+    path = os.path.join(base, name)
+    os.makedirs(path)
+    return path
+
+
+def run(base: str) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-engine", action="store_true")
     args = ap.parse_args()
     n = args.rows
-    root = tempfile.mkdtemp(prefix="bench_storage_")
+    root = _fresh_dir(base, "lake")
     settings = {"uri": root, "include-commit-ts": "true", "date-separator": "none"}
     store = default_store()
     per_table = n // TABLES
@@ -165,7 +180,7 @@ def main() -> None:
     t0 = time.perf_counter()
     hand = 0
     names = [c.name for c in table(0).columns]
-    with open(os.path.join(tempfile.mkdtemp(prefix="bench_storage_hand_"), "out.jsonl"), "wb") as out_file:
+    with open(os.path.join(_fresh_dir(base, "hand"), "out.jsonl"), "wb") as out_file:
         for dirpath, _, files in os.walk(root):
             for name in sorted(files):
                 if not name.endswith(".csv"):
@@ -192,7 +207,7 @@ def main() -> None:
     print(f"{'(same job by hand: csv.reader + conversion + orjson lines to a file: '}{hand / hand_read_s:,.0f} rows/s)")
     if args.no_engine:
         return
-    work = tempfile.mkdtemp(prefix="bench_storage_engine_")
+    work = _fresh_dir(base, "engine")
     read_e, start_r, wrote = engine_run("read", root, "builtin:file", {"path": os.path.join(work, "out.jsonl")},
                                         args.master, work)
     assert wrote == got, wrote
