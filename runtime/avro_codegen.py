@@ -25,7 +25,7 @@ import struct
 from decimal import Context, Decimal, MAX_EMAX, MAX_PREC, MIN_EMIN
 from typing import Any, Callable
 
-from .varint import TABLE as VARINT_TABLE, TABLE_SIZE as VARINT_TABLE_SIZE, uvarint
+from .varint import TABLE as VARINT_TABLE, TABLE_SIZE as VARINT_TABLE_SIZE, read_uvarint, uvarint
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -46,27 +46,12 @@ class Mismatch(Exception):
 _VT, _VARINT_TABLE_SIZE, _uvarint = VARINT_TABLE, VARINT_TABLE_SIZE, uvarint
 
 
-def _read_varint_tail(d: bytes, p: int, b: int) -> tuple[int, int]:
-    """The rest of a varint whose first byte ``b`` had the continuation bit."""
-    z = b & 0x7F
-    shift = 7
-    while True:
-        b = d[p]
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return z, p
-        shift += 7
-        if shift > 63:
-            raise Mismatch("varint longer than 10 bytes")
-
-
 def _f32_exact(v: float) -> bool:
     return v != v or struct.unpack("<f", struct.pack("<f", v))[0] == v
 
 
 _BASE_NAMESPACE: dict[str, Any] = {
-    "_M": Mismatch, "_VT": _VT, "_uv": _uvarint, "_rv": _read_varint_tail, "_Decimal": Decimal,
+    "_M": Mismatch, "_VT": _VT, "_uv": _uvarint, "_rv": read_uvarint, "_Decimal": Decimal,
     "_date": _dt.date, "_datetime": _dt.datetime, "_timedelta": _dt.timedelta, "_td": _dt.timedelta,
     "_fromord": _dt.date.fromordinal, "_EPOCH": _EPOCH, "_US": _US, "_EXACT": _EXACT,
     "_pd": struct.Struct("<d").pack, "_pf": struct.Struct("<f").pack, "_ud": struct.Struct("<d").unpack_from,
@@ -400,11 +385,11 @@ class _DecoderGen(Generator):
         s.emit(i, f"{z} = d[p]")
         s.emit(i, "p += 1")
         s.emit(i, f"if {z} > 127:")  # two bytes inline (values below 8192: string lengths, most ids)
-        s.emit(i + 1, f"if d[p] < 128:")
+        s.emit(i + 1, "if d[p] < 128:")
         s.emit(i + 2, f"{z} = {z} & 127 | d[p] << 7")
         s.emit(i + 2, "p += 1")
         s.emit(i + 1, "else:")
-        s.emit(i + 2, f"{z}, p = _rv(d, p, {z})")
+        s.emit(i + 2, f"{z}, p = _rv(d, p, {z} & 127, 7)")
         return z
 
     def _long(self, i: int) -> str:

@@ -40,6 +40,7 @@ from cdcflow.tidb import (
     parse_datetime,
     parse_time,
 )
+from cdcflow.varint import read_uvarint
 
 from .errors import MalformedMessage, UnknownSchema, UnrepresentableValue, UnsupportedEvent
 from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, from_record, to_records
@@ -810,22 +811,6 @@ class _DecodePlan:
 _FAST_TYPES = frozenset({"int", "long", "float", "double", "string", "bytes"})
 
 
-def _varint_tail(d: bytes, p: int, z: int) -> tuple[int, int]:
-    """The rest of a varint from its fourth byte; ``z`` holds the first three bytes' bits."""
-    shift = 21
-    while True:
-        b = d[p]
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            if z >> 64:
-                raise ValueError("varint beyond 64 bits")
-            return z, p
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def _date_memo(limit: int = 4096) -> tuple[dict[str, datetime.date], Callable[[str], datetime.date]]:
     """(memo, parse): ``memo.get(text) or parse(text)`` is ``parse_date(text)``, each text parsed once."""
     memo: dict[str, datetime.date] = {}
@@ -856,7 +841,7 @@ class _RowReaderGen(Generator):
 
     def _varint(self, i: int, off: int) -> str:
         """Unsigned varint starting at ``p + off`` into a new variable; ``p`` ends past it.
-        Up to three bytes inline (small ints), longer ones in ``_varint_tail``."""
+        Up to three bytes inline (small ints), longer ones in ``varint.read_uvarint``."""
         s = self.src
         z, b = s.var("z"), s.var("b")
         at = f"p + {off}" if off else "p"
@@ -875,7 +860,7 @@ class _RowReaderGen(Generator):
         s.emit(i + 3, f"{z} = ({z} & 127) | ({b} & 127) << 7 | {c} << 14")
         s.emit(i + 3, f"p += {off + 3}")
         s.emit(i + 2, "else:")
-        s.emit(i + 3, f"{z}, p = _vtail(d, p + {off + 3}, ({z} & 127) | ({b} & 127) << 7 | ({c} & 127) << 14)")
+        s.emit(i + 3, f"{z}, p = _vtail(d, p + {off + 3}, ({z} & 127) | ({b} & 127) << 7 | ({c} & 127) << 14, 21)")
         return z
 
     def _commit_ts(self, i: int) -> str:
@@ -958,7 +943,7 @@ class _RowReaderGen(Generator):
                      extension: bool) -> Callable[[bytes, int | None, str], RowChange]:
         """``kind`` is used when the schema has no ``_tidb_op``; Unsupported when a type is left to fastavro."""
         s = self.src
-        s.ns.update(_RC=RowChange, _table=table, _INSERT=INSERT, _UPDATE=UPDATE, _vtail=_varint_tail,
+        s.ns.update(_RC=RowChange, _table=table, _INSERT=INSERT, _UPDATE=UPDATE, _vtail=read_uvarint,
                     _u9=_U9.unpack_from, _mul=_EXACT.multiply)
         s.emit(0, "def read(d, commit_ts, kind):")
         s.emit(1, "p = 5")

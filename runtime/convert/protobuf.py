@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from google.protobuf import struct_pb2
 
-from ..varint import uvarint as _varint
+from ..varint import read_uvarint, uvarint as _varint
 from ..avro_values import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.connector.v2 import destination_pb2
@@ -394,20 +394,6 @@ class _MetadataPlan:
         return metadata[subject_key], metadata.get(version_key, "-1")
 
 
-def _varint_at(buf: bytes, i: int) -> tuple[int, int]:
-    """The varint at ``buf[i]`` and the index after it; IndexError / ValueError when malformed."""
-    value = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-        if shift >= 64:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def _data_at(buf: bytes, p: int, end: int) -> Any:
     """The ``raw_data`` of the Data message in ``buf[p:end]``: bytes, None for an empty Data, else _OTHER."""
     if p == end:
@@ -420,7 +406,7 @@ def _data_at(buf: bytes, p: int, end: int) -> Any:
     elif buf[p + 2] < 0x80:
         n, q = (n & 0x7F) | buf[p + 2] << 7, p + 3
     else:
-        n, q = _varint_at(buf, p + 1)
+        n, q = read_uvarint(buf, p + 1)
     return buf[q:end] if q + n == end else _OTHER
 
 
@@ -444,7 +430,7 @@ def from_wire(
     block = b"\xff"  # the last record's metadata block (never a real one: it would start with 0x1A)
     plan = _MetadataPlan({})
     i = 0
-    # Lengths are read inline for one and two varint bytes (records up to 16 KiB), else by _varint_at.
+    # Lengths are read inline for one and two varint bytes (records up to 16 KiB), else by read_uvarint.
     # Reading past a record's end is harmless: the record then fails ``k != end`` (or IndexError
     # at the message's end) and goes to upb, which has the last word on any odd shape.
     try:
@@ -457,7 +443,7 @@ def from_wire(
             elif message[i + 2] < 0x80:
                 size, start = (size & 0x7F) | message[i + 2] << 7, i + 3
             else:
-                size, start = _varint_at(message, i + 1)
+                size, start = read_uvarint(message, i + 1)
             end = i = start + size
             if end > n:
                 raise ValueError("a record extends past the end of the message")
@@ -470,7 +456,7 @@ def from_wire(
                     size = message[k + 1]
                     k += 2
                     if size >= 0x80:
-                        size, k = _varint_at(message, k - 1)
+                        size, k = read_uvarint(message, k - 1)
                     position = message[k:k + size]
                     k += size
                 if message[k] == 0x10:  # operation = 2: a valid number is one byte
@@ -501,7 +487,7 @@ def from_wire(
                         elif message[k + 2] < 0x80:
                             size, p = (size & 0x7F) | message[k + 2] << 7, k + 3
                         else:
-                            size, p = _varint_at(message, k + 1)
+                            size, p = read_uvarint(message, k + 1)
                         k = p + size
                         key = _data_at(message, p, k)
                 if k < end and message[k] == 0x2A:  # payload = 5: Change{before = 1, after = 2}
@@ -511,7 +497,7 @@ def from_wire(
                     elif message[k + 2] < 0x80:
                         size, p = (size & 0x7F) | message[k + 2] << 7, k + 3
                     else:
-                        size, p = _varint_at(message, k + 1)
+                        size, p = read_uvarint(message, k + 1)
                     k = p + size
                     if p < k and message[p] == 0x0A:
                         size = message[p + 1]
@@ -520,7 +506,7 @@ def from_wire(
                         elif message[p + 2] < 0x80:
                             size, q = (size & 0x7F) | message[p + 2] << 7, p + 3
                         else:
-                            size, q = _varint_at(message, p + 1)
+                            size, q = read_uvarint(message, p + 1)
                         p = q + size
                         before = _data_at(message, q, p)
                     if p < k and message[p] == 0x12:
@@ -530,7 +516,7 @@ def from_wire(
                         elif message[p + 2] < 0x80:
                             size, q = (size & 0x7F) | message[p + 2] << 7, p + 3
                         else:
-                            size, q = _varint_at(message, p + 1)
+                            size, q = read_uvarint(message, p + 1)
                         p = q + size
                         if message[q] == 0x0A and q < p:  # Data{raw_data = 1}, inline: the usual case
                             size = message[q + 1]
@@ -539,7 +525,7 @@ def from_wire(
                             elif message[q + 2] < 0x80:
                                 size, q = (size & 0x7F) | message[q + 2] << 7, q + 3
                             else:
-                                size, q = _varint_at(message, q + 1)
+                                size, q = read_uvarint(message, q + 1)
                             after = message[q:p] if q + size == p else _OTHER
                         else:
                             after = _data_at(message, q, p)
@@ -587,7 +573,7 @@ def from_wire(
 
 def _varint_sum(buf: bytes, i: int) -> int:
     """Bytes from the field tag at ``buf[i - 1]`` to the end of its length-delimited value."""
-    size, p = _varint_at(buf, i)
+    size, p = read_uvarint(buf, i)
     return p - i + 1 + size
 
 
