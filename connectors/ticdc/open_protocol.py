@@ -520,20 +520,8 @@ class OpenProtocolDecoder:
         events: list[Event] = []
         kpos, vpos = 8, 0
         klen, vlen = len(key), len(value)
-        loads = orjson.loads
-        unpack = _LEN.unpack_from
         while kpos < klen:
-            kstart = kpos + 8
-            if kstart > klen or (kend := kstart + unpack(key, kpos)[0]) > klen:
-                _frame(key, kpos, klen, "key")  # raises the error naming the byte
-            kdoc = key[kstart:kend]
-            kpos = kend
-            try:
-                k = loads(kdoc)
-            except orjson.JSONDecodeError as e:
-                raise MalformedMessage(CODEC, f"key byte {kstart}", f"key JSON is invalid: {e}") from None
-            if type(k) is not dict:
-                raise MalformedMessage(CODEC, f"key byte {kstart}", "key JSON is not an object")
+            kstart, k, kpos = _object_entry(key, kpos, klen, "key")
             mtype = k.get("t")
             ts = k.get("ts")
             if type(ts) is not int or ts < 0:
@@ -549,17 +537,7 @@ class OpenProtocolDecoder:
             if vpos >= vlen:
                 raise MalformedMessage(CODEC, f"value byte {vpos}",
                                        f"value has fewer entries than the key (key entry at byte {kstart})")
-            vstart = vpos + 8
-            if vstart > vlen or (vend := vstart + unpack(value, vpos)[0]) > vlen:
-                _frame(value, vpos, vlen, "value")  # raises the error naming the byte
-            vdoc = value[vstart:vend]
-            vpos = vend
-            try:
-                v = loads(vdoc)
-            except orjson.JSONDecodeError as e:
-                raise MalformedMessage(CODEC, f"value byte {vstart}", f"value JSON is invalid: {e}") from None
-            if type(v) is not dict:
-                raise MalformedMessage(CODEC, f"value byte {vstart}", "value JSON is not an object")
+            vstart, v, vpos = _object_entry(value, vpos, vlen, "value")
             if mtype == TYPE_ROW:
                 events.append(self._row(k, v, ts, vstart))
             elif mtype == TYPE_DDL:
@@ -730,6 +708,22 @@ def _frame(buf: bytes, pos: int, end: int, what: str) -> tuple[int, bytes, int]:
         raise MalformedMessage(CODEC, f"{what} byte {pos}",
                                f"{what} entry length {n} exceeds the {end - start} bytes left")
     return start, buf[start:start + n], start + n
+
+
+def _object_entry(buf: bytes, pos: int, end: int, what: str) -> tuple[int, dict, int]:
+    """The JSON object of the ``[length][payload]`` entry at ``pos`` -> (payload start, object, next pos).
+
+    The in-bounds case is checked inline; ``_frame`` words the error otherwise."""
+    start = pos + 8
+    if start > end or (stop := start + _LEN.unpack_from(buf, pos)[0]) > end:
+        _frame(buf, pos, end, what)  # raises the error naming the byte
+    try:
+        obj = orjson.loads(buf[start:stop])
+    except orjson.JSONDecodeError as e:
+        raise MalformedMessage(CODEC, f"{what} byte {start}", f"{what} JSON is invalid: {e}") from None
+    if type(obj) is not dict:
+        raise MalformedMessage(CODEC, f"{what} byte {start}", f"{what} JSON is not an object")
+    return start, obj, stop
 
 
 # ---------------------------------------------------------------------------
