@@ -196,11 +196,30 @@ def _wait_gone(info: ServiceProcess, proc: subprocess.Popen | None, timeout: flo
         except subprocess.TimeoutExpired:
             return False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not info.is_running():
-            return True
+    while not _exited(info):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return not info.is_running()
+    return True
+
+
+def _exited(info: ServiceProcess) -> bool:
+    """Whether a process we have already signalled is gone, reaping it when it is our child.
+
+    Only the pid and its kernel start time count here, never the command line: an
+    exiting process loses its command line before it is dead (and one may exec
+    something else on SIGTERM), and judging by it left zombies behind.
+    """
+    stat = _proc_stat(info.pid)
+    if stat is None:
+        return True
+    if info.start_ticks is not None and stat[1] != info.start_ticks:
+        return True  # the pid now belongs to another process
+    try:
+        done, _ = os.waitpid(info.pid, os.WNOHANG)
+        return done == info.pid
+    except ChildProcessError:  # not our child: dead once it is a zombie; its parent reaps it
+        return stat[0] == "Z"
 
 
 class LocalService:

@@ -259,7 +259,8 @@ def run_quickstart(file: str | None = None, *, master: str = "local[2]", out: Te
     print("  not compared       update before-images (TiCDC Avro carries none)", file=out)
     for d in cmp.differences:
         print(f"  DIFFERENCE         {d}", file=out)
-    print(f"  services           {', '.join(f'{n} stopped' for n in stopped) or 'none recorded'}", file=out)
+    states = ", ".join(f"{n} {'stopped' if was else 'had already exited'}" for n, was in stopped.items())
+    print(f"  services           {states or 'none recorded'}", file=out)
     print(f"  time               {time.monotonic() - started:.1f}s", file=out)
     print(f"  values intact: {'yes' if cmp.intact else 'NO'}", file=out, flush=True)
     return 0 if cmp.intact else 1

@@ -1,5 +1,6 @@
 """The embedded Tansu broker: the session fixture carries real traffic; Broker starts and stops cleanly."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cdcflow.dev.broker import Broker
 
 pytestmark = pytest.mark.kafka
-from cdcflow.dev.process import ServiceError, ServiceProcess, terminate
+from cdcflow.dev.process import ServiceError, ServiceProcess, _start_ticks, terminate
 
 
 def test_produce_and_consume_through_the_fixture(kafka_broker, unique_name):
@@ -78,3 +79,32 @@ def test_terminate_never_signals_a_process_that_is_not_ours():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_terminate_waits_until_the_process_is_dead_and_reaped():
+    """A stop returns only when the pid is gone, even if the process stops looking like itself.
+
+    The child execs ``sleep`` on SIGTERM, so its command line changes while it is still
+    alive for a second (as an exiting process's command line vanishes before it is dead).
+    The process is started without a Popen kept around, the way ``cdcflow dev down`` finds it.
+    """
+    script = ("import os, signal, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: os.execv('/bin/sleep', ['sleep', '1']))\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    argv = [sys.executable, "-c", script]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        info = ServiceProcess("x", proc.pid, argv, "", start_ticks=_start_ticks(proc.pid))
+        assert terminate(info, timeout=10) is True
+        with pytest.raises(ChildProcessError):  # reaped by terminate, not left a zombie
+            os.waitpid(proc.pid, os.WNOHANG)
+    finally:
+        proc.stdout.close()
+        if proc.returncode is None:
+            try:
+                proc.kill()
+                proc.wait(5)
+            except (ProcessLookupError, ChildProcessError):
+                pass
