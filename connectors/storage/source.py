@@ -172,6 +172,7 @@ class StorageSource(Source):
         self._chunk: _Chunk | None = None  # decoded, not yet returned
         self._schema_files: dict[int, schemafile.SchemaFile] = {}
         self._next_scan = 0.0
+        self._caught_up = False  # the last scan found nothing after the cursor
         self._done = False
         self._read_rows: dict[tuple, int] = {}  # rows of the file being read
         self.checkpoint = read_checkpoint(self.files) if self.stop_at_checkpoint else None
@@ -309,10 +310,12 @@ class StorageSource(Source):
                         self._done = True
                         return None
                     self._next_scan = now + self.poll_interval
+                    self._caught_up = True
                     return []
                 if self.stop_at_checkpoint:
                     self._cut_at_checkpoint(self._chunk)
                 continue
+            self._caught_up = False
             start = chunk.next
             end = min(len(chunk), start + max_records - len(out))
             chunk.next = end
@@ -331,6 +334,10 @@ class StorageSource(Source):
                 chunk.truncate(k)
                 self._done = True
                 return
+
+    def lag(self) -> int | None:
+        """0 right after a scan found no file (or DDL) after the cursor; otherwise unknown."""
+        return 0 if self._caught_up and self._chunk is None else None
 
     def stop(self) -> bytes | None:
         return self._last

@@ -17,7 +17,7 @@ from cdcflow.convert.jsonform import dumps_lines, loads_lines
 from cdcflow.connectors.storage.writer import read_checkpoint
 from cdcflow.schemas import SchemaStore
 
-from storage_helpers import make_source
+from storage_helpers import make_destination, make_source
 
 from test_roundtrip import FORMATS, _comparable, _input_records
 
@@ -115,3 +115,42 @@ def test_engine_round_trip_generator_storage_storage_file(spark, tmp_path, reque
     # a second run of the reading pipeline resumes from its saved positions: nothing new
     again = run(two, state)
     assert again.totals.total_read() == 0
+
+
+@pytest.mark.timeout(300)
+def test_caught_up_source_ends_its_slice_without_waiting_the_idle_timeout(spark, tmp_path):
+    """``--until-idle`` over a lake that holds nothing new ends at once, not after the idle timeout.
+
+    The storage source says ``lag() == 0`` right after a scan finds nothing after its
+    position, and the engine takes that as idle. With a 600 s idle timeout, a task that
+    waited it out would run into this test's timeout.
+    """
+    from cdcflow.engine.plan import Limits
+    from cdcflow.engine.runner import run_files
+
+    state = tmp_path / "state"
+    state.mkdir()
+    store = SchemaStore(str(state / "schemas.sqlite"))
+    events, _ = _input_records(40, 0)
+    lake = {"uri": str(tmp_path / "lake"), **FORMATS["csv"]}
+    dst = make_destination(lake)
+    dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events)])
+    dst.teardown()
+
+    src = make_source(lake)
+    part = src.partitions()[0]
+    src.open(None, part)
+    assert src.lag() is None  # nothing scanned yet: unknown
+    got = 0
+    while batch := src.read(1000):
+        got += len(batch)
+        assert src.lag() is None  # a scan found something: not caught up
+    assert got == len(events) and src.lag() == 0
+    src.teardown()
+
+    path = pipeline_file(tmp_path / "p.yaml", "caught-up", ("builtin:storage", lake),
+                         ("builtin:file", {"path": tmp_path / "out.jsonl"}))
+    outcome = run_files([path], until_idle=True, state_dir=str(state), progress=False, out=open(os.devnull, "w"),
+                        limits=Limits(idle_timeout=600.0))
+    assert outcome.exit_code == 0, outcome.problems or outcome.failures
+    assert outcome.totals.total_written() == len(events)
