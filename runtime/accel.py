@@ -58,3 +58,8 @@ def status() -> dict[str, str]:
         except ImportError as e:
             out[name] = f"not built: {e}"
     return out
+
+
+if __name__ == "__main__":  # python -m cdcflow.accel: which kernels this install runs
+    for kernel, state in status().items():
+        print(f"{kernel:48} {state}")
