@@ -1,7 +1,926 @@
-/* placeholder: the kernel is being written (see runtime/accel.py) */
+/* _csv: TiCDC CSV kernels (cdcflow.connectors.ticdc._csv), the compiled twin of csv.py's hot paths.
+ *
+ * decode(plan, data, header) reads a whole CSV file of one table into columns (what the
+ * column-wise reader in csv.py builds), encode(plan, kinds, commit_ts, rows) writes plain rows
+ * (what csv.py's generated line writer writes). Plans are tuples built once per (table, options)
+ * in csv.py; see _decode_plan / _encode_plan there for their layout.
+ *
+ * Both hand the whole batch back (return None) for anything outside the usual shapes: odd
+ * quoting, a bad value, a row of another table, a value the fast text forms do not cover and
+ * whose Python writer raises. csv.py then runs its Python path, which produces the result or the
+ * typed error naming file, line and column. C raises only MemoryError-class failures.
+ *
+ * parse_value(kind, text, max_us) exposes runtime/_c/tidbparse.h for the property tests.
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csv", NULL, -1, NULL};
+#include "tidbparse.h"
+#include "tidbtext.h"
 
-PyMODINIT_FUNC PyInit__csv(void) { return PyModule_Create(&module); }
+/* ------------------------------------------------------------------ shared */
+
+/* TiDB's TIME range, -838:59:59 .. 838:59:59 (tidb.TIME_MAX_US): CSV's TIME parser checks it */
+#define TIDB_TIME_MAX_US (((838LL * 60 + 59) * 60 + 59) * 1000000LL)
+
+/* Column kinds of a decode plan (csv.py _DECODE_KINDS mirrors these numbers). */
+enum {
+    DK_TEXT = 0,     /* the field text is the value (str) */
+    DK_INT = 1,      /* int(text) */
+    DK_FLOAT = 2,    /* float(text) */
+    DK_DECIMAL = 3,  /* Decimal(text) */
+    DK_DATE = 4,     /* tidb.parse_date */
+    DK_DATETIME = 5, /* tidb.parse_datetime */
+    DK_TIME = 6,     /* tidb.parse_time */
+    DK_BASE64 = 7,   /* strict base64 -> bytes */
+    DK_HEX = 8,      /* hex pairs -> bytes */
+    DK_CALL = 9,     /* only the column's Python parser */
+};
+
+/* Column kinds of an encode plan (csv.py _ENCODE_KINDS mirrors these numbers). */
+enum {
+    EK_CALL = 0,     /* only the column's Python field writer */
+    EK_INT = 1,      /* str(v) */
+    EK_GO_FLOAT = 2, /* format_go_float, unquoted */
+    EK_STR = 3,      /* quoted str, quote characters doubled */
+    EK_DECIMAL = 4,  /* quoted, param = scale */
+    EK_DATE = 5,     /* quoted */
+    EK_DATETIME = 6, /* quoted, param = fsp (-1: None) */
+    EK_BASE64 = 7,   /* quoted base64 of bytes */
+    EK_HEX = 8,      /* quoted hex of bytes */
+};
+
+/* A Python exception raised by a Python parser / writer the kernel called: the batch goes back
+ * to the Python path, which raises it again with its context. MemoryError stays raised. */
+static int hand_back_exception(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_MemoryError) || !PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ base64 / hex */
+
+static const char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* The bytes of s when it is canonical padded base64 (what b2a_base64 writes for them), else
+ * NULL without an exception: strict base64 that is not canonical goes to the Python parser. */
+static PyObject *b64_decode_canonical(const char *s, Py_ssize_t n, int *not_handled)
+{
+    *not_handled = 1;
+    if (n % 4)
+        return NULL;
+    Py_ssize_t pad = 0;
+    if (n && s[n - 1] == '=')
+        pad = (n >= 2 && s[n - 2] == '=') ? 2 : 1;
+    Py_ssize_t size = n / 4 * 3 - pad;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) {
+        *not_handled = 0;
+        return NULL;
+    }
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i += 4) {
+        int last = i + 4 == n;
+        int v[4];
+        for (int j = 0; j < 4; j++) {
+            unsigned char c = (unsigned char)s[i + j];
+            v[j] = (last && c == '=' && j >= 4 - pad) ? 0 : b64_value(c);
+            if (v[j] < 0)
+                goto refuse;
+        }
+        unsigned int word = (unsigned int)(v[0] << 18 | v[1] << 12 | v[2] << 6 | v[3]);
+        int take = last ? 3 - (int)pad : 3;
+        /* canonical: the bits a padded group does not use are zero */
+        if (last && pad && (word & ((1u << (8 * pad)) - 1)))
+            goto refuse;
+        for (int j = 0; j < take; j++)
+            o[k++] = (unsigned char)(word >> (16 - 8 * j));
+    }
+    *not_handled = 0;
+    return out;
+refuse:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static PyObject *hex_decode(const char *s, Py_ssize_t n, int *not_handled)
+{
+    *not_handled = 1;
+    if (n % 2)
+        return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n / 2);
+    if (out == NULL) {
+        *not_handled = 0;
+        return NULL;
+    }
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i += 2) {
+        int hi = hex_value((unsigned char)s[i]), lo = hex_value((unsigned char)s[i + 1]);
+        if (hi < 0 || lo < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        o[i / 2] = (unsigned char)(hi << 4 | lo);
+    }
+    *not_handled = 0;
+    return out;
+}
+
+/* ------------------------------------------------------------------ decode: tokenizer */
+
+typedef struct {
+    char delimiter, quote;
+    const char *null;
+    Py_ssize_t null_len;
+    /* csv.field_size_limit(): csv.reader refuses longer fields and the Python path then reads
+       with its exact tokenizer, so a longer field (in bytes, >= its characters) goes back too */
+    Py_ssize_t field_limit;
+} dialect;
+
+typedef struct {
+    const char *p;     /* field text (in the data, or in the scratch buffer when unescaped) */
+    Py_ssize_t n;
+    int quoted;
+    int in_data;       /* p points into the data (so it stays valid for the whole call) */
+} field;
+
+enum { TOK_MORE, TOK_END, TOK_REFUSE, TOK_ERROR };
+
+/* One field at *pos. TOK_MORE: a delimiter followed; TOK_END: the record ended (terminator
+ * consumed, or end of data); TOK_REFUSE: a shape the kernel leaves to Python (a quote inside an
+ * unquoted field, text after a closing quote, a lone CR, an open quoted field).
+ * Doubled quotes are undone into `scratch`, which the field then points into. */
+static int next_field(const char **pos, const char *end, const dialect *d, tt_buf *scratch, field *f)
+{
+    const char *p = *pos;
+    f->quoted = 0;
+    f->in_data = 1;
+    if (p < end && *p == d->quote) {
+        const char *start = ++p;
+        int doubled = 0;
+        for (;;) {
+            const char *q = memchr(p, d->quote, (size_t)(end - p));
+            if (q == NULL)
+                return TOK_REFUSE;
+            if (q + 1 < end && q[1] == d->quote) {
+                doubled = 1;
+                p = q + 2;
+                continue;
+            }
+            f->quoted = 1;
+            if (!doubled) {
+                f->p = start;
+                f->n = q - start;
+            } else {
+                tt_buf_clear(scratch);
+                for (const char *c = start; c < q; c++) {
+                    if (tt_buf_putc(scratch, *c) < 0)
+                        return TOK_ERROR;
+                    if (*c == d->quote)
+                        c++; /* the second of a doubled pair */
+                }
+                f->p = scratch->data;
+                f->n = scratch->len;
+                f->in_data = 0;
+            }
+            p = q + 1;
+            break;
+        }
+    } else {
+        const char *start = p;
+        while (p < end) {
+            char c = *p;
+            if (c == d->delimiter || c == '\n' || c == '\r')
+                break;
+            if (c == d->quote)
+                return TOK_REFUSE;
+            p++;
+        }
+        f->p = start;
+        f->n = p - start;
+    }
+    if (f->n > d->field_limit)
+        return TOK_REFUSE;
+    if (p == end) {
+        *pos = p;
+        return TOK_END;
+    }
+    if (*p == d->delimiter) {
+        *pos = p + 1;
+        return TOK_MORE;
+    }
+    if (*p == '\n') {
+        *pos = p + 1;
+        return TOK_END;
+    }
+    if (*p == '\r' && p + 1 < end && p[1] == '\n') {
+        *pos = p + 2;
+        return TOK_END;
+    }
+    return TOK_REFUSE;
+}
+
+/* Up to `cap` fields of the record at *pos into fields[]; returns the count, -1 to hand the
+ * data back (too many fields, an empty line, a refused shape), -2 on a Python error. Fields
+ * that needed unescaping are copied so that several can live at once. */
+static Py_ssize_t next_record(const char **pos, const char *end, const dialect *d, tt_buf *scratch,
+                              tt_buf *unescaped, field *fields, Py_ssize_t cap)
+{
+    Py_ssize_t count = 0;
+    tt_buf_clear(unescaped);
+    if (*pos < end && (**pos == '\n' || **pos == '\r'))
+        return -1; /* an empty line: csv.reader gives an empty row, which the Python path rejects */
+    for (;;) {
+        if (count == cap)
+            return -1;
+        field *f = &fields[count];
+        int r = next_field(pos, end, d, scratch, f);
+        if (r == TOK_REFUSE)
+            return -1;
+        if (r == TOK_ERROR)
+            return -2;
+        if (!f->in_data) {
+            /* keep an offset into `unescaped` (it may move while growing); fixed up below */
+            Py_ssize_t at = unescaped->len;
+            if (tt_buf_put(unescaped, f->p, f->n) < 0)
+                return -2;
+            f->p = (const char *)(intptr_t)at;
+        }
+        count++;
+        if (r == TOK_END)
+            break;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (!fields[i].in_data)
+            fields[i].p = unescaped->data + (intptr_t)fields[i].p;
+    return count;
+}
+
+static int field_equals(const field *f, const char *s, Py_ssize_t n)
+{
+    return f->n == n && memcmp(f->p, s, (size_t)n) == 0;
+}
+
+static int field_equals_bytes(const field *f, PyObject *b)
+{
+    return field_equals(f, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+}
+
+/* ------------------------------------------------------------------ decode: values */
+
+typedef struct {
+    int kind;
+    PyObject *careful;     /* the column's Python parser (borrowed from the plan) */
+    PyObject *values;      /* the output list (owned) */
+    /* the previous row's text and value: repeated texts (status names, dates, one customer's
+     * rows) reuse the value instead of building it again; values are immutable */
+    const char *last_p;
+    Py_ssize_t last_n;
+    PyObject *last;        /* borrowed from `values` */
+} column_state;
+
+/* The careful Python parser on the field's text. 1: *out set; 0: hand back; -1: error. */
+static int call_careful(column_state *c, const field *f, PyObject **out)
+{
+    PyObject *text = PyUnicode_DecodeUTF8(f->p, f->n, "strict");
+    if (text == NULL)
+        return hand_back_exception();
+    PyObject *v = PyObject_CallOneArg(c->careful, text);
+    Py_DECREF(text);
+    if (v == NULL)
+        return hand_back_exception();
+    *out = v;
+    return 1;
+}
+
+/* The value of one non-NULL field: 1 with *out a new reference, 0 to hand back, -1 on error. */
+static int convert_value(column_state *c, const field *f, PyObject **out)
+{
+    int r;
+    int not_handled;
+    PyObject *v;
+    switch (c->kind) {
+    case DK_TEXT:
+        v = PyUnicode_DecodeUTF8(f->p, f->n, "strict");
+        if (v == NULL)
+            return hand_back_exception();
+        *out = v;
+        return 1;
+    case DK_INT: r = tidbparse_int(f->p, f->n, out); break;
+    case DK_FLOAT: r = tidbparse_float(f->p, f->n, out); break;
+    case DK_DECIMAL: r = tidbparse_decimal(f->p, f->n, out); break;
+    case DK_DATE: r = tidbparse_date(f->p, f->n, out); break;
+    case DK_DATETIME: r = tidbparse_datetime(f->p, f->n, out); break;
+    case DK_TIME: r = tidbparse_time(f->p, f->n, TIDB_TIME_MAX_US, out); break;
+    case DK_BASE64:
+    case DK_HEX:
+        v = c->kind == DK_BASE64 ? b64_decode_canonical(f->p, f->n, &not_handled)
+                                 : hex_decode(f->p, f->n, &not_handled);
+        if (v != NULL) {
+            *out = v;
+            return 1;
+        }
+        if (!not_handled)
+            return -1;
+        r = TIDBPARSE_NOT_HANDLED;
+        break;
+    default: r = TIDBPARSE_NOT_HANDLED; break;
+    }
+    if (r == TIDBPARSE_ERROR)
+        return -1;
+    if (r == TIDBPARSE_OK)
+        return 1;
+    return call_careful(c, f, out);
+}
+
+/* Append the column's value for field f (NULL text -> None). 1 ok, 0 hand back, -1 error. */
+static int append_value(column_state *c, const field *f, const dialect *d)
+{
+    PyObject *v;
+    if (!f->quoted && field_equals(f, d->null, d->null_len))
+        return PyList_Append(c->values, Py_None) < 0 ? -1 : 1;
+    if (f->quoted && field_equals(f, d->null, d->null_len))
+        return 0; /* a quoted NULL text is a value; the Python path tells the two apart */
+    if (c->last != NULL && f->in_data && f->n == c->last_n && memcmp(f->p, c->last_p, (size_t)f->n) == 0)
+        return PyList_Append(c->values, c->last) < 0 ? -1 : 1;
+    int r = convert_value(c, f, &v);
+    if (r <= 0)
+        return r;
+    int ok = PyList_Append(c->values, v);
+    Py_DECREF(v);
+    if (ok < 0)
+        return -1;
+    if (f->in_data) {
+        c->last_p = f->p;
+        c->last_n = f->n;
+        c->last = v; /* the list holds it */
+    } else {
+        c->last = NULL;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ decode: the file */
+
+/* The decode plan (csv.py _decode_plan), unpacked once per call. */
+typedef struct {
+    dialect d;
+    Py_ssize_t meta;          /* meta fields before the columns, with the handle-key field */
+    int include_commit_ts;
+    int handle_key;           /* output-handle-key: a row may lack that field (TiCDC v8) */
+    PyObject *table, *schema; /* bytes */
+    PyObject *header, *header_alt; /* tuples of bytes, or None */
+    PyObject *kinds, *carefuls;    /* tuples, one per column */
+    PyObject *op_create, *op_update, *op_delete;
+    Py_ssize_t ncols;
+} decode_plan;
+
+static int unpack_decode_plan(PyObject *plan, decode_plan *p)
+{
+    PyObject *delimiter, *quote, *null;
+    int meta;
+    if (!PyArg_ParseTuple(plan, "SSSippSSOOO!O!OOOn", &delimiter, &quote, &null, &meta, &p->include_commit_ts,
+                          &p->handle_key, &p->table, &p->schema, &p->header, &p->header_alt,
+                          &PyTuple_Type, &p->kinds, &PyTuple_Type, &p->carefuls,
+                          &p->op_create, &p->op_update, &p->op_delete, &p->d.field_limit))
+        return -1;
+    if (PyBytes_GET_SIZE(delimiter) != 1 || PyBytes_GET_SIZE(quote) != 1
+        || PyTuple_GET_SIZE(p->kinds) != PyTuple_GET_SIZE(p->carefuls)) {
+        PyErr_SetString(PyExc_SystemError, "_csv.decode: malformed plan");
+        return -1;
+    }
+    p->d.delimiter = PyBytes_AS_STRING(delimiter)[0];
+    p->d.quote = PyBytes_AS_STRING(quote)[0];
+    p->d.null = PyBytes_AS_STRING(null);
+    p->d.null_len = PyBytes_GET_SIZE(null);
+    p->meta = meta;
+    p->ncols = PyTuple_GET_SIZE(p->kinds);
+    return 0;
+}
+
+/* Whether the record's fields are the header tuple's texts. */
+static int fields_are(const field *fields, Py_ssize_t count, PyObject *names)
+{
+    if (names == Py_None || !PyTuple_Check(names) || PyTuple_GET_SIZE(names) != count)
+        return 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *b = PyTuple_GET_ITEM(names, i);
+        if (!PyBytes_Check(b) || !field_equals_bytes(&fields[i], b))
+            return 0;
+    }
+    return 1;
+}
+
+/* Digits of an unsigned commit ts -> int; 0 to hand back (sign, spaces, too large). */
+static int commit_ts_value(const field *f, PyObject **out)
+{
+    if (f->n == 0 || f->n > 20 || f->p[0] == '-')
+        return 0;
+    int r = tidbparse_int(f->p, f->n, out);
+    return r == TIDBPARSE_ERROR ? -1 : r == TIDBPARSE_OK;
+}
+
+typedef struct {
+    decode_plan plan;
+    column_state *cols;
+    field *fields;
+    PyObject *commit_ts;      /* list or NULL */
+    char *ops;                /* one letter per row */
+    Py_ssize_t rows, ops_cap;
+    tt_buf scratch, unescaped;
+} decoder;
+
+static void decoder_free(decoder *k)
+{
+    if (k->cols != NULL)
+        for (Py_ssize_t i = 0; i < k->plan.ncols; i++)
+            Py_XDECREF(k->cols[i].values);
+    PyMem_Free(k->cols);
+    PyMem_Free(k->fields);
+    PyMem_Free(k->ops);
+    Py_XDECREF(k->commit_ts);
+    tt_buf_free(&k->scratch);
+    tt_buf_free(&k->unescaped);
+}
+
+static int decoder_init(decoder *k, PyObject *plan)
+{
+    memset(k, 0, sizeof *k);
+    if (unpack_decode_plan(plan, &k->plan) < 0)
+        return -1;
+    Py_ssize_t ncols = k->plan.ncols;
+    k->cols = PyMem_Calloc((size_t)(ncols ? ncols : 1), sizeof(column_state));
+    /* one spare slot: a record with more fields than expected is seen as such */
+    k->fields = PyMem_Calloc((size_t)(k->plan.meta + ncols + 1), sizeof(field));
+    if (k->cols == NULL || k->fields == NULL || tt_buf_init(&k->scratch, 64) < 0
+        || tt_buf_init(&k->unescaped, 64) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        column_state *c = &k->cols[i];
+        c->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(k->plan.kinds, i));
+        if (c->kind == -1 && PyErr_Occurred())
+            return -1;
+        c->careful = PyTuple_GET_ITEM(k->plan.carefuls, i);
+        if ((c->kind != DK_TEXT && !PyCallable_Check(c->careful)) || c->kind < DK_TEXT || c->kind > DK_CALL) {
+            PyErr_SetString(PyExc_SystemError, "_csv.decode: malformed column plan");
+            return -1;
+        }
+        if ((c->values = PyList_New(0)) == NULL)
+            return -1;
+    }
+    if (k->plan.include_commit_ts && (k->commit_ts = PyList_New(0)) == NULL)
+        return -1;
+    return 0;
+}
+
+/* One data row (its fields tokenized): 1 taken, 0 hand back, -1 error. */
+static int decode_row(decoder *k, Py_ssize_t count, Py_ssize_t meta)
+{
+    const decode_plan *p = &k->plan;
+    const field *f = k->fields;
+    if (count != meta + p->ncols)
+        return 0;
+    if (f[0].n != 1 || (f[0].p[0] != 'I' && f[0].p[0] != 'U' && f[0].p[0] != 'D'))
+        return 0;
+    if (!field_equals_bytes(&f[1], p->table) || !field_equals_bytes(&f[2], p->schema))
+        return 0;
+    if (p->include_commit_ts) {
+        PyObject *ts;
+        int r = commit_ts_value(&f[3], &ts);
+        if (r <= 0)
+            return r;
+        int ok = PyList_Append(k->commit_ts, ts);
+        Py_DECREF(ts);
+        if (ok < 0)
+            return -1;
+    }
+    if (p->handle_key && meta == p->meta) {
+        /* the handle-key text is not used, but the Python path decodes all of the data */
+        PyObject *t = PyUnicode_DecodeUTF8(f[meta - 1].p, f[meta - 1].n, "strict");
+        if (t == NULL)
+            return hand_back_exception();
+        Py_DECREF(t);
+    }
+    if (k->rows == k->ops_cap) {
+        Py_ssize_t cap = k->ops_cap ? k->ops_cap * 2 : 256;
+        char *ops = PyMem_Realloc(k->ops, (size_t)cap);
+        if (ops == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        k->ops = ops;
+        k->ops_cap = cap;
+    }
+    k->ops[k->rows++] = f[0].p[0];
+    for (Py_ssize_t i = 0; i < p->ncols; i++) {
+        int r = append_value(&k->cols[i], &f[meta + i], &p->d);
+        if (r <= 0)
+            return r;
+    }
+    return 1;
+}
+
+/* (operations or None, commit ts list or None, [column values]) from the rows read. */
+static PyObject *decoder_result(decoder *k)
+{
+    const decode_plan *p = &k->plan;
+    PyObject *ops = Py_None, *columns = NULL, *ts = k->commit_ts ? k->commit_ts : Py_None;
+    Py_ssize_t i;
+    for (i = 0; i < k->rows && k->ops[i] == 'I'; i++)
+        ;
+    if (i < k->rows) {
+        if ((ops = PyList_New(k->rows)) == NULL)
+            return NULL;
+        for (i = 0; i < k->rows; i++) {
+            PyObject *op = k->ops[i] == 'I' ? p->op_create : k->ops[i] == 'U' ? p->op_update : p->op_delete;
+            Py_INCREF(op);
+            PyList_SET_ITEM(ops, i, op);
+        }
+    } else {
+        Py_INCREF(ops);
+    }
+    if ((columns = PyList_New(p->ncols)) == NULL) {
+        Py_DECREF(ops);
+        return NULL;
+    }
+    for (i = 0; i < p->ncols; i++) {
+        PyList_SET_ITEM(columns, i, k->cols[i].values); /* steals */
+        k->cols[i].values = NULL;
+    }
+    Py_INCREF(ts);
+    return Py_BuildValue("(NNN)", ops, ts, columns);
+}
+
+static PyObject *csv_decode(PyObject *self, PyObject *args)
+{
+    PyObject *plan;
+    Py_buffer data;
+    int header;
+    if (!PyArg_ParseTuple(args, "O!y*p", &PyTuple_Type, &plan, &data, &header))
+        return NULL;
+    decoder k;
+    PyObject *result = NULL;
+    if (decoder_init(&k, plan) < 0)
+        goto done;
+    const char *pos = data.buf, *end = pos + data.len;
+    Py_ssize_t cap = k.plan.meta + k.plan.ncols + 1;
+    Py_ssize_t meta = -1; /* decided by the first row: with or without the handle-key field */
+    int r = 1;
+    while (pos < end) {
+        Py_ssize_t count = next_record(&pos, end, &k.plan.d, &k.scratch, &k.unescaped, k.fields, cap);
+        if (count == -2)
+            goto done;
+        if (count < 0) {
+            r = 0;
+            break;
+        }
+        if (header) {
+            header = 0;
+            if (!fields_are(k.fields, count, k.plan.header) && !fields_are(k.fields, count, k.plan.header_alt)) {
+                r = 0;
+                break;
+            }
+            continue;
+        }
+        if (meta < 0)
+            meta = (k.plan.handle_key && count == k.plan.meta + k.plan.ncols - 1) ? k.plan.meta - 1 : k.plan.meta;
+        r = decode_row(&k, count, meta);
+        if (r <= 0)
+            break;
+    }
+    if (r < 0)
+        goto done;
+    if (r == 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    result = decoder_result(&k);
+done:
+    decoder_free(&k);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* ------------------------------------------------------------------ encode */
+
+typedef struct {
+    PyObject *name;   /* str key of the row dict */
+    int kind;
+    int param;        /* DECIMAL scale, DATETIME fsp (-1: None) */
+    PyObject *writer; /* the careful field writer: value -> final field text (quoted) */
+} out_column;
+
+typedef struct {
+    PyObject *prefixes; /* dict: kind -> bytes of the op/table/schema fields */
+    const char *delimiter, *terminator, *null;
+    Py_ssize_t delimiter_len, terminator_len, null_len;
+    char quote;
+    int include_commit_ts;
+    Py_ssize_t ncols;
+    out_column *cols;
+} encode_plan;
+
+static int unpack_encode_plan(PyObject *plan, encode_plan *p)
+{
+    PyObject *delimiter, *terminator, *null, *quote, *columns;
+    memset(p, 0, sizeof *p);
+    if (!PyArg_ParseTuple(plan, "O!SSSSpO!", &PyDict_Type, &p->prefixes, &delimiter, &terminator, &null, &quote,
+                          &p->include_commit_ts, &PyTuple_Type, &columns))
+        return -1;
+    if (PyBytes_GET_SIZE(quote) != 1) {
+        PyErr_SetString(PyExc_SystemError, "_csv.encode: malformed plan");
+        return -1;
+    }
+    p->delimiter = PyBytes_AS_STRING(delimiter);
+    p->delimiter_len = PyBytes_GET_SIZE(delimiter);
+    p->terminator = PyBytes_AS_STRING(terminator);
+    p->terminator_len = PyBytes_GET_SIZE(terminator);
+    p->null = PyBytes_AS_STRING(null);
+    p->null_len = PyBytes_GET_SIZE(null);
+    p->quote = PyBytes_AS_STRING(quote)[0];
+    p->ncols = PyTuple_GET_SIZE(columns);
+    p->cols = PyMem_Calloc((size_t)(p->ncols ? p->ncols : 1), sizeof(out_column));
+    if (p->cols == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < p->ncols; i++) {
+        out_column *c = &p->cols[i];
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(columns, i), "UiiO", &c->name, &c->kind, &c->param, &c->writer))
+            return -1;
+    }
+    return 0;
+}
+
+/* The quoted UTF-8 of an exact str, quote characters doubled. TT_PASS for anything else. */
+static int put_quoted_str(tt_buf *b, PyObject *v, char quote)
+{
+    const char *s;
+    Py_ssize_t n;
+    int r = tt_utf8_of(v, &s, &n);
+    if (r != TT_OK)
+        return r;
+    if (tt_buf_reserve(b, n + 2) < 0)
+        return TT_ERR;
+    b->data[b->len++] = quote;
+    const char *q = memchr(s, quote, (size_t)n);
+    if (q == NULL) {
+        memcpy(b->data + b->len, s, (size_t)n);
+        b->len += n;
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((s[i] == quote && tt_buf_putc(b, quote) < 0) || tt_buf_putc(b, s[i]) < 0)
+                return TT_ERR;
+    }
+    return tt_buf_putc(b, quote) < 0 ? TT_ERR : TT_OK;
+}
+
+/* "quote + text + quote" for the binary forms, TT_PASS when the text holds the quote character
+ * (the Python writer then decides) or the value is not exact bytes. */
+static int put_binary(tt_buf *b, PyObject *v, int hex, char quote)
+{
+    if (!PyBytes_CheckExact(v))
+        return TT_PASS;
+    const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(v);
+    Py_ssize_t n = PyBytes_GET_SIZE(v);
+    Py_ssize_t start = b->len;
+    Py_ssize_t size = hex ? 2 * n : (n + 2) / 3 * 4;
+    if (tt_buf_reserve(b, size + 2) < 0)
+        return TT_ERR;
+    char *o = b->data + b->len;
+    *o++ = quote;
+    if (hex) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            *o++ = tt_hex[s[i] >> 4];
+            *o++ = tt_hex[s[i] & 15];
+        }
+    } else {
+        Py_ssize_t i = 0;
+        for (; i + 3 <= n; i += 3) {
+            unsigned int w = (unsigned int)s[i] << 16 | (unsigned int)s[i + 1] << 8 | s[i + 2];
+            *o++ = b64_alphabet[w >> 18];
+            *o++ = b64_alphabet[(w >> 12) & 63];
+            *o++ = b64_alphabet[(w >> 6) & 63];
+            *o++ = b64_alphabet[w & 63];
+        }
+        if (i < n) {
+            unsigned int w = (unsigned int)s[i] << 16 | (i + 1 < n ? (unsigned int)s[i + 1] << 8 : 0);
+            *o++ = b64_alphabet[w >> 18];
+            *o++ = b64_alphabet[(w >> 12) & 63];
+            *o++ = i + 1 < n ? b64_alphabet[(w >> 6) & 63] : '=';
+            *o++ = '=';
+        }
+    }
+    *o++ = quote;
+    if (memchr(b->data + start + 1, quote, (size_t)size) != NULL)
+        return TT_PASS; /* caller resets b->len */
+    b->len = o - b->data;
+    return TT_OK;
+}
+
+/* The Python field writer's text for v: 1 written, 0 hand back, -1 error. */
+static int put_written(tt_buf *b, const out_column *c, PyObject *v)
+{
+    PyObject *text = PyObject_CallOneArg(c->writer, v);
+    if (text == NULL)
+        return hand_back_exception();
+    int r = tt_text_str(b, text);
+    Py_DECREF(text);
+    return r == TT_ERR ? -1 : r == TT_OK;
+}
+
+/* One non-NULL value as its field text: 1 written, 0 hand back, -1 error. */
+static int put_value(tt_buf *b, const encode_plan *p, const out_column *c, PyObject *v)
+{
+    Py_ssize_t start = b->len;
+    int r;
+    switch (c->kind) {
+    case EK_INT: r = tt_text_int(b, v); break;
+    case EK_GO_FLOAT: r = tt_text_go_float(b, v); break;
+    case EK_STR: r = put_quoted_str(b, v, p->quote); break;
+    case EK_BASE64:
+    case EK_HEX: r = put_binary(b, v, c->kind == EK_HEX, p->quote); break;
+    case EK_DECIMAL:
+    case EK_DATE:
+    case EK_DATETIME:
+        if (tt_buf_putc(b, p->quote) < 0)
+            return -1;
+        r = c->kind == EK_DECIMAL ? tt_text_decimal(b, v, c->param)
+            : c->kind == EK_DATE ? tt_text_date(b, v) : tt_text_datetime(b, v, c->param);
+        if (r == TT_OK && tt_buf_putc(b, p->quote) < 0)
+            return -1;
+        break;
+    default: r = TT_PASS; break;
+    }
+    if (r == TT_ERR)
+        return -1;
+    if (r == TT_OK)
+        return 1;
+    b->len = start;
+    return put_written(b, c, v);
+}
+
+/* One row's line: 1 written, 0 hand back, -1 error. */
+static int put_row(tt_buf *b, const encode_plan *p, PyObject *kind, PyObject *ts, PyObject *row)
+{
+    PyObject *prefix = PyDict_GetItemWithError(p->prefixes, kind);
+    if (prefix == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyDict_CheckExact(row))
+        return 0;
+    if (tt_buf_put(b, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0)
+        return -1;
+    if (p->include_commit_ts) {
+        int r = tt_text_int(b, ts);
+        if (r != TT_OK)
+            return r == TT_ERR ? -1 : 0;
+        if (tt_buf_put(b, p->delimiter, p->delimiter_len) < 0)
+            return -1;
+    }
+    for (Py_ssize_t i = 0; i < p->ncols; i++) {
+        const out_column *c = &p->cols[i];
+        if (i && tt_buf_put(b, p->delimiter, p->delimiter_len) < 0)
+            return -1;
+        PyObject *v = PyDict_GetItemWithError(row, c->name);
+        if (v == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        if (v == Py_None) {
+            if (tt_buf_put(b, p->null, p->null_len) < 0)
+                return -1;
+            continue;
+        }
+        Py_INCREF(v); /* a Python writer may run arbitrary code */
+        int r = put_value(b, p, c, v);
+        Py_DECREF(v);
+        if (r <= 0)
+            return r;
+    }
+    return tt_buf_put(b, p->terminator, p->terminator_len) < 0 ? -1 : 1;
+}
+
+static PyObject *csv_encode(PyObject *self, PyObject *args)
+{
+    PyObject *plan, *kinds, *commit_ts, *rows;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyTuple_Type, &plan, &PyList_Type, &kinds, &PyList_Type, &commit_ts,
+                          &PyList_Type, &rows))
+        return NULL;
+    encode_plan p;
+    tt_buf b = {NULL, 0, 0};
+    PyObject *result = NULL;
+    if (unpack_encode_plan(plan, &p) < 0)
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    if (PyList_GET_SIZE(kinds) < n)
+        n = PyList_GET_SIZE(kinds);
+    if (PyList_GET_SIZE(commit_ts) < n)
+        n = PyList_GET_SIZE(commit_ts);
+    if (tt_buf_init(&b, 128 * (n + 1)) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* the lists may change under a Python writer: index them afresh, hold what we use */
+        if (i >= PyList_GET_SIZE(rows) || i >= PyList_GET_SIZE(kinds) || i >= PyList_GET_SIZE(commit_ts))
+            break;
+        PyObject *kind = PyList_GET_ITEM(kinds, i), *ts = PyList_GET_ITEM(commit_ts, i),
+                 *row = PyList_GET_ITEM(rows, i);
+        Py_INCREF(kind);
+        Py_INCREF(ts);
+        Py_INCREF(row);
+        int r = put_row(&b, &p, kind, ts, row);
+        Py_DECREF(kind);
+        Py_DECREF(ts);
+        Py_DECREF(row);
+        if (r < 0)
+            goto done;
+        if (r == 0) {
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+    }
+    result = tt_buf_bytes(&b);
+done:
+    PyMem_Free(p.cols);
+    tt_buf_free(&b);
+    return result;
+}
+
+/* ------------------------------------------------------------------ test entry point */
+
+static PyObject *csv_parse_value(PyObject *self, PyObject *args)
+{
+    int kind;
+    const char *s;
+    Py_ssize_t n;
+    long long max_us = -1;
+    if (!PyArg_ParseTuple(args, "is#|L", &kind, &s, &n, &max_us))
+        return NULL;
+    PyObject *out = NULL;
+    int r;
+    switch (kind) {
+    case DK_INT: r = tidbparse_int(s, n, &out); break;
+    case DK_FLOAT: r = tidbparse_float(s, n, &out); break;
+    case DK_DECIMAL: r = tidbparse_decimal(s, n, &out); break;
+    case DK_DATE: r = tidbparse_date(s, n, &out); break;
+    case DK_DATETIME: r = tidbparse_datetime(s, n, &out); break;
+    case DK_TIME: r = tidbparse_time(s, n, max_us, &out); break;
+    default:
+        PyErr_Format(PyExc_ValueError, "no tidbparse function for kind %d", kind);
+        return NULL;
+    }
+    if (r == TIDBPARSE_ERROR)
+        return NULL;
+    if (r == TIDBPARSE_NOT_HANDLED)
+        Py_RETURN_NOTIMPLEMENTED;
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", csv_decode, METH_VARARGS,
+     "decode(plan, data, header) -> (operations | None, commit_ts | None, columns) or None to hand back"},
+    {"encode", csv_encode, METH_VARARGS,
+     "encode(plan, kinds, commit_ts, rows) -> CSV bytes of the rows, or None to hand back"},
+    {"parse_value", csv_parse_value, METH_VARARGS,
+     "parse_value(kind, text[, max_us]) -> value or NotImplemented (tidbparse.h, for tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csv", "TiCDC CSV kernels", -1, methods};
+
+PyMODINIT_FUNC PyInit__csv(void)
+{
+    if (tidbparse_init() < 0 || tt_init() < 0)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -17,6 +17,7 @@ import base64
 import binascii
 import csv as _stdcsv
 import datetime as _dt
+import decimal as _decimal
 import io
 import operator
 import re
@@ -26,8 +27,10 @@ from itertools import repeat as _repeat
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow import accel
 from cdcflow.params import option_bool as _bool
 from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, value_formatter, value_parser
+from cdcflow.connectors.ticdc.canal_json import parse_time as _parse_time_in_range
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, rows_to_records, rows_to_dicts
 from cdcflow.errors import ConfigError
@@ -42,6 +45,7 @@ from cdcflow.tidb import (
     inline_go_float_expr,
     inline_parse_expr,
     inline_text_expr,
+    TIME_MAX_US,
     parse_date,
     parse_datetime,
 )
@@ -54,6 +58,8 @@ HEADER_COMMIT_TS = "ticdc-meta$commit-ts"
 HEADER_IS_UPDATE = "ticdc-meta$is-update"
 HEADER_HANDLE_KEY = "ticdc-meta$handle-key"
 _OPS = {INSERT: "I", UPDATE: "U", DELETE: "D"}
+_kernel = accel.load("cdcflow.connectors.ticdc._csv")
+"""The compiled reader/writer (``_csv.c``), or None: the Python path below is the reference."""
 _KINDS = {"I": INSERT, "U": UPDATE, "D": DELETE}
 # Types TiCDC writes unquoted (Go numbers); everything else is a string and gets quoted.
 _UNQUOTED_TYPES = INTEGER_TYPES | {"FLOAT", "DOUBLE", "BIT", "YEAR"}
@@ -184,6 +190,8 @@ def _from_hex(text: str) -> bytes:
 # Characters each inline TiDB text form can write. Where the quote character (or, with backslash
 # escaping, the delimiter or the NULL text) could occur in one, the careful writer takes the column.
 _DIGITS = "0123456789"
+# Column kinds of the compiled writer's plan (the EK_* numbers in _csv.c).
+_EK_CALL, _EK_INT, _EK_GO_FLOAT, _EK_STR, _EK_DECIMAL, _EK_DATE, _EK_DATETIME, _EK_BASE64, _EK_HEX = range(9)
 _FORM_CHARS = {"DECIMAL": frozenset(_DIGITS + "-."), "DATE": frozenset(_DIGITS + "-"),
                "DATETIME": frozenset(_DIGITS + "-: ."), "TIMESTAMP": frozenset(_DIGITS + "-: .")}
 
@@ -193,7 +201,8 @@ class _Writer:
     from one field expression per column (``_field_expr``): ``lines`` (whole lines of plain rows)
     and ``column_texts`` (one row's field texts, for the careful ``line``)."""
 
-    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts", "lines")
+    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts", "lines",
+                 "plan")
 
     def __init__(self, table: TableSchema, options: CsvOptions):
         self.table = table
@@ -235,6 +244,49 @@ class _Writer:
             fields.append(f"NULL if (v{i} := row[K{i}]) is None else {self._field_expr(i, col, ns)}")
         self.column_texts = self._compile_column_texts(fields, ns)
         self.lines = self._compile_lines(fields, ns)
+        self.plan = self._encode_plan()
+
+    def _encode_plan(self) -> tuple | None:
+        """The compiled writer's plan (``_csv.c`` ``encode``) for what ``lines`` writes, or None
+        where ``lines`` does not apply or the dialect is not one byte per character. Per column:
+        (name, kind, scale/fsp, careful field writer); the kinds mirror ``_field_expr``."""
+        o = self.options
+        if self.lines is None or len(o.quote) != 1 or not (o.quote + o.delimiter).isascii():
+            return None
+        try:
+            prefixes = {kind: (self.prefix[op] + o.delimiter).encode() for kind, op in _OPS.items()}
+            texts = (o.delimiter.encode(), o.terminator.encode(), o.null.encode(), o.quote.encode())
+        except UnicodeEncodeError:
+            return None
+        columns = tuple((col.name, *self._encode_kind(col), writer)
+                        for col, (_, writer) in zip(self.table.columns, self.columns))
+        return (prefixes, *texts, o.include_commit_ts, columns)
+
+    def _encode_kind(self, col: Column) -> tuple[int, int]:
+        """(kind, param) of ``col`` for the compiled writer: the text form ``_field_expr`` writes
+        inline, or _EK_CALL (the careful writer, as ``_field_expr``'s ``slow``)."""
+        o = self.options
+        conv = _formatter(col, o)
+        t = col.type
+        if conv is _int_text:
+            return _EK_INT, 0
+        if conv is go_float_text:
+            return _EK_GO_FLOAT, 0
+        if conv is _str_text:
+            return _EK_STR, 0
+        if t in BINARY_TYPES:
+            return (_EK_HEX if o.binary_encoding_method == "hex" else _EK_BASE64), 0
+        chars = _FORM_CHARS.get(t)
+        if chars is None or not self._plain(chars):
+            return _EK_CALL, 0
+        if t == "DECIMAL":
+            return (_EK_DECIMAL, col.scale) if col.scale is not None else (_EK_CALL, 0)
+        if t == "DATE":
+            return _EK_DATE, 0
+        fsp = col.fsp  # DATETIME / TIMESTAMP
+        if fsp is None:
+            return _EK_DATETIME, -1
+        return (_EK_DATETIME, fsp) if 0 <= fsp <= 6 else (_EK_CALL, 0)
 
     def _plain(self, chars: frozenset) -> bool:
         """Whether any text made of ``chars`` is written as it is (between quotes, or unescaped)."""
@@ -416,8 +468,17 @@ def encode_table_rows(table: TableSchema, kinds: Sequence[str], commit_ts: Seque
     """
     options = options or CsvOptions()
     w = _writer(table, options)
+    with_header = options.output_field_header if header is None else header
+    kernel = _kernel
+    if kernel is not None and w.plan is not None:
+        body = kernel.encode(w.plan, _as_list(kinds), _as_list(commit_ts), _as_list(rows))
+        if body is not None:
+            try:
+                return header_line(table, options).encode() + body if with_header else body
+            except UnicodeEncodeError:
+                pass  # the Python path names the problem
     lines = []
-    if options.output_field_header if header is None else header:
+    if with_header:
         lines.append(header_line(table, options))
     fast = w.lines(kinds, commit_ts, rows) if w.lines is not None else None
     if fast is not None:
@@ -444,7 +505,43 @@ def encode_table_rows(table: TableSchema, kinds: Sequence[str], commit_ts: Seque
                                    "text is not encodable as UTF-8 (lone surrogate)") from None
 
 
+def _as_list(seq: Sequence) -> list:
+    return seq if type(seq) is list else list(seq)
+
+
 # --------------------------------------------------------------------------- decoder
+
+# Column kinds of the compiled reader's plan (the DK_* numbers in _csv.c), by careful parser.
+_DK_TEXT, _DK_CALL = 0, 9
+_DECODE_KINDS = ((int, 1), (float, 2), (_decimal.Decimal, 3), (parse_date, 4), (parse_datetime, 5),
+                 (_parse_time_in_range, 6), (_from_base64, 7), (_from_hex, 8))
+
+
+def _decode_plan(table: TableSchema, options: CsvOptions) -> tuple | None:
+    """The compiled reader's plan (``_csv.c`` ``decode``) for what ``_column_wise`` reads, or
+    None where it does not apply (is-update pairs, a dialect ``csv.reader`` is not used for or
+    that is not one byte per character)."""
+    o = options
+    if (o.output_old_value or len(o.delimiter) != 1 or len(o.quote) != 1 or o.terminator not in ("\r\n", "\n")
+            or not (o.delimiter + o.quote).isascii()):
+        return None
+    kinds, carefuls = [], []
+    for col in table.columns:
+        careful = _parser(col, o)
+        kinds.append(_DK_TEXT if careful is None else next((k for f, k in _DECODE_KINDS if careful is f), _DK_CALL))
+        carefuls.append(careful)
+    want = header_line(table, o)[: -len(o.terminator)].split(o.delimiter)
+    try:
+        header = tuple(w.encode() for w in want)
+        alt = tuple(w.encode() for w in want if w != HEADER_HANDLE_KEY) if o.output_handle_key else None
+        names = (o.delimiter.encode(), o.quote.encode(), o.null.encode())
+        table_names = (table.table.encode(), table.schema.encode())
+    except UnicodeEncodeError:
+        return None
+    return (*names, o.meta_count, o.include_commit_ts, o.output_handle_key, *table_names, header, alt,
+            tuple(kinds), tuple(carefuls), Operation.CREATE, Operation.UPDATE, Operation.DELETE,
+            _stdcsv.field_size_limit())
+
 
 class CsvDecoder:
     """CSV bytes of one table -> ``RowChange`` list; errors name source, line and column.
@@ -464,6 +561,7 @@ class CsvDecoder:
         self._null_ambiguous = tuple(i for i, c in enumerate(table.columns) if c.type not in _UNQUOTED_TYPES)
         self._fast = (len(o.delimiter) == 1 and len(o.quote) == 1 and o.terminator in ("\r\n", "\n"))
         self._column_plan = tuple(_column_converter(c, o) for c in table.columns)
+        self._kernel_plan = _decode_plan(table, o)
 
     # -- positions
     def _where(self, line: int, column: int | None = None, name: str | None = None) -> str:
@@ -472,7 +570,22 @@ class CsvDecoder:
             return f"{src}line {line}"
         return f"{src}line {line}, column {column}" + (f" ({name})" if name else "")
 
+    def _kernel_columns(self, data: bytes, start_line: int) -> "CsvColumns | None":
+        """The compiled reader's columns (what ``_column_wise`` gives), or None: it handed the
+        data back (or is off), and the Python path reads it or names the error."""
+        kernel = _kernel
+        if kernel is None or self._kernel_plan is None:
+            return None
+        got = kernel.decode(self._kernel_plan, data, self.options.output_field_header and start_line == 1)
+        if got is None:
+            return None
+        operations, commit_ts, columns = got
+        return CsvColumns(self.table, operations, commit_ts, columns)
+
     def decode(self, data: bytes, start_line: int = 1) -> list[RowChange]:
+        columns = self._kernel_columns(data, start_line)
+        if columns is not None:
+            return columns.events()
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -488,6 +601,9 @@ class CsvDecoder:
         which ``records`` makes OpenCDC records without per-row event objects. Rows the
         column-wise reader does not take (is-update pairs, a quoted NULL text) come back as the
         ``RowChange`` list ``decode`` returns; malformed data raises as there."""
+        columns = self._kernel_columns(data, start_line)
+        if columns is not None:
+            return columns
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
