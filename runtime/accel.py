@@ -20,6 +20,7 @@ from types import ModuleType
 #: every kernel module, by import name (pyproject.toml builds one extension per entry)
 KERNELS: tuple[str, ...] = (
     "cdcflow.convert._wire",
+    "cdcflow._avro_decode",
     "cdcflow.connectors.ticdc._canal_json",
     "cdcflow.connectors.ticdc._csv",
     "cdcflow.connectors.ticdc._open_protocol_decode",
