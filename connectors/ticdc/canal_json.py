@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from cdcflow import accel
 from cdcflow.connectors.ticdc.errors import (
     CodecError,
     MalformedMessage,
@@ -67,6 +68,10 @@ from cdcflow.tidb import (
 from cdcflow.tidb import parse_time as _parse_time_any
 
 CODEC = "canal-json"
+
+_kernel = accel.load("cdcflow.connectors.ticdc._canal_json")
+"""The compiled row-message writer (``_canal_json.c``), or None: the Python path below is the
+reference and the fallback (tests switch the kernel off by setting this to None)."""
 
 META_CANAL_TYPE = "ticdc.canal.type"
 """Canal event type of a DDL whose TiDB action code the message cannot tell."""
@@ -526,13 +531,60 @@ def _percent_safe(fragment: bytes) -> bytes:
     return fragment.replace(b"%", b"%%")
 
 
+def _kernel_kind(col: Column, conv: Callable[[Any], str]) -> tuple[int, int]:
+    """(kind, scale or fsp or -1) of ``col`` for the kernel: the same split as ``_text_expr``
+    (exact type checks inline, the formatter for the rest); TIME too, whose C text is
+    ``format_time``'s."""
+    t, k = col.type, _kernel
+    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
+        return k.K_INT, -1
+    if conv is _str_text:
+        return k.K_STR, -1
+    if conv is _binary_text:
+        return k.K_BYTES, -1
+    if t == "DECIMAL" and col.scale is not None:
+        return k.K_DECIMAL, col.scale
+    if t in ("DATETIME", "TIMESTAMP") and (col.fsp is None or 0 <= col.fsp <= 6):
+        return k.K_DATETIME, -1 if col.fsp is None else col.fsp
+    if t == "TIME" and (col.fsp is None or 0 <= col.fsp <= 6):
+        return k.K_TIME, -1 if col.fsp is None else col.fsp
+    if t == "DATE":
+        return k.K_DATE, -1
+    if t in ("FLOAT", "DOUBLE"):
+        return k.K_FLOAT, -1
+    if t == "ENUM" and col.elements:
+        return k.K_ENUM, -1
+    return k.K_CALL, -1
+
+
+def _kernel_plan(plan: "_EncodePlan", head: bytes, tidb_extension: bool, changed_only: bool):
+    """The compiled writer for ``plan``'s table: the message's constant JSON pieces (the same
+    bytes as the ``%`` templates), and per column its key, kind and Python formatter."""
+    table = plan.table
+    limits = {name: limit for name, limit, _ in plan.promote}
+    columns = []
+    for col, (name, conv) in zip(table.columns, plan.columns):
+        key = _dumps(name) + b":"  # names _dumps cannot write failed the templates already
+        kind, param = _kernel_kind(col, conv)
+        enum_texts = {e: str(i + 1) for i, e in enumerate(col.elements)} if kind == _kernel.K_ENUM else None
+        columns.append((name, key, kind, param, conv, enum_texts, limits.get(name)))
+    kinds = (INSERT, UPDATE, DELETE)
+    return _kernel.Plan(
+        table=table, row_change_type=RowChange, kinds=kinds,
+        prefixes=tuple(head + b',"type":"' + _KIND_TYPE[k].encode() + b'","es":' for k in kinds),
+        ts_part=b',"ts":',
+        types_part=b',"sql":"","sqlType":' + _dumps(plan.sql) + b',"mysqlType":' + _dumps(plan.mysql) + b',"old":',
+        data_part=b',"data":[', tail=b'],"_tidb":{"commitTs":' if tidb_extension else b"]}",
+        tidb_extension=tidb_extension, changed_only=changed_only, columns=tuple(columns))
+
+
 class _EncodePlan:
     """Per-table state for encoding: column converters, mysqlType and sqlType objects, and for
     the fast path of full rows the whole message as one ``%`` template per row kind (constant
     JSON escaped once; slots for es, ts, old, data and the commit ts)."""
 
     __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names", "texts", "templates", "commit_ts_slot",
-                 "message")
+                 "message", "kernel")
 
     def __init__(self, table: TableSchema, full_types: bool, tidb_extension: bool, changed_only: bool):
         self.table = table
@@ -545,15 +597,16 @@ class _EncodePlan:
         self.pk_names = names or None
         self.texts = _compile_texts(table, self.columns)
         # {"id":0,"database":..,"table":..,"pkNames":..,"isDdl":false   (no closing brace)
-        head = _percent_safe(_dumps({"id": 0, "database": table.schema, "table": table.table,
-                                     "pkNames": self.pk_names, "isDdl": False})[:-1])
+        head = _dumps({"id": 0, "database": table.schema, "table": table.table,
+                       "pkNames": self.pk_names, "isDdl": False})[:-1]
         types = _percent_safe(b',"sql":"","sqlType":' + _dumps(self.sql) + b',"mysqlType":' + _dumps(self.mysql))
         self.commit_ts_slot = tidb_extension
         tail = b',"_tidb":{"commitTs":%d}}' if tidb_extension else b"}"
-        self.templates = {kind: b"".join((head, b',"type":"', typ.encode(), b'","es":%d,"ts":%d', types,
-                                          b',"old":%b,"data":[%b]', tail))
+        self.templates = {kind: b"".join((_percent_safe(head), b',"type":"', typ.encode(), b'","es":%d,"ts":%d',
+                                          types, b',"old":%b,"data":[%b]', tail))
                           for kind, typ in _KIND_TYPE.items()}
         self.message = _compile_message(self, table, changed_only)
+        self.kernel = _kernel_plan(self, head, tidb_extension, changed_only) if _kernel is not None else None
 
 
 class CanalJsonEncoder:
@@ -569,7 +622,13 @@ class CanalJsonEncoder:
 
     def encode(self, event: Event) -> bytes:
         if type(event) is RowChange:
-            return self._encode_row(event, self._now_ms())
+            now = self._now_ms()
+            kernel = self._plan(event.table).kernel
+            if kernel is not None:
+                msg = kernel.message(event, now)
+                if msg is not None:
+                    return msg
+            return self._encode_row(event, now)
         if type(event) is DDLEvent:
             return self._encode_ddl(event)
         if type(event) is ResolvedEvent:
@@ -578,18 +637,31 @@ class CanalJsonEncoder:
 
     def encode_many(self, events: Iterable[Event]) -> list[bytes]:
         now = self._now_ms()
-        out = []
+        if type(events) is not list:
+            events = list(events)
+        out: list[bytes] = []
         append = out.append
-        last_table = message = None
-        for ev in events:
+        i, n = 0, len(events)
+        while i < n:
+            ev = events[i]
             if type(ev) is not RowChange:
                 append(self.encode(ev))
+                i += 1
                 continue
-            if ev.table is not last_table:
-                last_table = ev.table
-                message = self._plan(last_table).message
-            msg = message(ev, now)
-            append(msg if msg is not None else self._encode_row(ev, now, fast=False))
+            plan = self._plan(ev.table)
+            if plan.kernel is not None:
+                # the kernel takes the run of rows of this table; rows it hands back go to _encode_row
+                j = plan.kernel.run(events, i, now, out, self._encode_row)
+                if j > i:
+                    i = j
+                    continue
+            table, message = ev.table, plan.message
+            while True:
+                msg = message(ev, now)
+                append(msg if msg is not None else self._encode_row(ev, now, fast=False))
+                i += 1
+                if i == n or type(ev := events[i]) is not RowChange or ev.table is not table:
+                    break
         return out
 
     # -- DML

@@ -166,14 +166,29 @@ static inline int tt_buf_putc(tt_buf *b, char c)
     return 0;
 }
 
+/* "00" "01" ... "99": two digits per division (commit timestamps have 19 digits) */
+static const char tt_digit_pairs[201] =
+    "0001020304050607080910111213141516171819"
+    "2021222324252627282930313233343536373839"
+    "4041424344454647484950515253545556575859"
+    "6061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 static int tt_buf_put_u64(tt_buf *b, unsigned long long v)
 {
     char tmp[24]; /* 2**64-1 has 20 digits */
     int i = (int)sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        tmp[--i] = tt_digit_pairs[2 * r + 1];
+        tmp[--i] = tt_digit_pairs[2 * r];
+    }
+    if (v >= 10) {
+        tmp[--i] = tt_digit_pairs[2 * v + 1];
+        tmp[--i] = tt_digit_pairs[2 * v];
+    } else
+        tmp[--i] = (char)('0' + v);
     return tt_buf_put(b, tmp + i, (Py_ssize_t)sizeof tmp - i);
 }
 
@@ -251,7 +266,7 @@ static int tt_json_escape_at(tt_buf *b, const unsigned char *s, Py_ssize_t i, Py
     case 'f':
         if (style == TT_JSON_GO)
             return tt_put_u00(b, c);
-        /* fall through: orjson writes them short */
+        return tt_buf_put(b, cls == 'b' ? "\\b" : "\\f", 2); /* orjson writes them short */
     case 't':
     case 'n':
     case 'r':

@@ -57,6 +57,7 @@ def test_canal_json_fast_encode_equals_general(monkeypatch, data, kinds, ext, ch
     def encode():  # a fresh encoder each time: plans (and their generated code) are cached per encoder
         enc = cj.CanalJsonEncoder(opts, now_ms=lambda: 1_700_000_000_123)
         return enc.encode_many(events), [enc.encode(e) for e in events]
+    monkeypatch.setattr(cj, "_kernel", None)  # the Python fast path against the general one (kernel: its own tests)
     fast, general = _encode_both(monkeypatch, encode, cj, "_compile_message",
                                  lambda plan, table, changed_only: lambda ev, now: None)
     assert fast == general
