@@ -23,10 +23,12 @@ sent as Struct.
 
 from __future__ import annotations
 
+from decimal import Context
 from typing import Any, Iterable, Mapping
 
 from google.protobuf import struct_pb2
 
+from .. import accel
 from ..varint import read_uvarint, uvarint as _varint
 from ..avro_values import Codec
 from ..errors import ConversionError, SchemaError
@@ -362,22 +364,30 @@ def _codec(refs: SchemaRefs, codecs: dict, subject: str, version: str, part: str
 # (fields in number order, raw data only) and resolves each distinct metadata
 # block once per message; any other record (Struct data, unknown or repeated
 # fields, odd varints) is parsed by upb, so the answer is always
-# ``from_proto`` of the parsed message.
+# ``from_proto`` of the parsed message. The compiled kernel (``_wire.c``) does the
+# same reading in C, with the same plans, and hands the other records back here.
 
 _BatchMessage = destination_pb2.Destination.Run.Request  # like every batch message: records = 1
 _OTHER = object()  # "not the simple shape": parse this record with upb
 
 
+#: what a plan says of a part's schema reference (``_MetadataPlan.key_mode``, the kernel reads it)
+_REF_NONE, _REF_EMPTY_SUBJECT, _REF_DECODE = 0, 1, 2
+
+
 class _MetadataPlan:
     """What one distinct metadata block means for the records carrying it."""
 
-    __slots__ = ("metadata", "refs_metadata", "key_ref", "payload_ref", "key_codec", "payload_codec")
+    __slots__ = ("metadata", "refs_metadata", "key_ref", "payload_ref", "key_codec", "payload_codec",
+                 "key_mode", "payload_mode")
 
     def __init__(self, metadata: dict[str, str]):
         self.metadata = metadata
         # (subject, version) per part, None without the subject key (an empty subject leaves data raw)
         self.key_ref = self._ref(metadata, KEY)
         self.payload_ref = self._ref(metadata, PAYLOAD)
+        self.key_mode = self._mode(self.key_ref)
+        self.payload_mode = self._mode(self.payload_ref)
         self.refs_metadata: dict[str, str] | None = None  # the metadata once the references were used
         if self.key_ref is not None or self.payload_ref is not None:
             resolved = dict(metadata)
@@ -393,6 +403,12 @@ class _MetadataPlan:
             return None
         return metadata[subject_key], metadata.get(version_key, "-1")
 
+    @staticmethod
+    def _mode(ref: tuple[str, str] | None) -> int:
+        if ref is None:
+            return _REF_NONE
+        return _REF_DECODE if ref[0] else _REF_EMPTY_SUBJECT
+
 
 def _data_at(buf: bytes, p: int, end: int) -> Any:
     """The ``raw_data`` of the Data message in ``buf[p:end]``: bytes, None for an empty Data, else _OTHER."""
@@ -406,7 +422,7 @@ def _data_at(buf: bytes, p: int, end: int) -> Any:
     elif buf[p + 2] < 0x80:
         n, q = (n & 0x7F) | buf[p + 2] << 7, p + 3
     else:
-        n, q = read_uvarint(buf, p + 1)
+        n, q = _read_length(buf, p + 1)
     return buf[q:end] if q + n == end else _OTHER
 
 
@@ -420,6 +436,93 @@ def from_wire(
     such a record is None in the list and ``failed[index] = (position, error)``.
     Bytes that are not a valid message raise ConversionError either way.
     """
+    if _reader is not None and _kernel is not None:
+        out = _from_wire_kernel(message, store, failed)
+        if out is not None:
+            return out
+    return _from_wire_python(message, store, failed)
+
+
+# The compiled reader (``_wire.c``) reads the usual record shape as ``_from_wire_python`` does
+# and hands every other record back through ``fallback``; plans and codecs stay Python's.
+_kernel = accel.load("cdcflow.convert._wire")
+#: exceptions that make the kernel hand a record back (what ``_from_wire_python`` catches per record)
+_HAND_BACK = (IndexError, ValueError, ConversionError, SchemaError)
+_reader = _kernel.Reader(Record, _OPERATIONS, _HAND_BACK) if _kernel is not None else None
+
+
+def _from_wire_kernel(
+    message: bytes, store: SchemaStore | None, failed: dict | None
+) -> list[Record | None] | None:
+    """``from_wire`` by the kernel; None for a message that is not a plain run of records."""
+    refs: list[SchemaRefs | None] = [None]
+    codecs: dict[tuple[str, str], Codec] = {}
+    plans: dict[bytes, _MetadataPlan] = {}
+
+    def new_plan(block: bytes) -> _MetadataPlan:
+        plan = plans[block] = _MetadataPlan(_metadata_of(block) if block else {})
+        return plan
+
+    def resolve(plan: _MetadataPlan, part: int, position: bytes) -> Any:
+        if refs[0] is None:
+            refs[0] = refs_for(store)
+        if part == 0:
+            codec = plan.key_codec = _codec(refs[0], codecs, *plan.key_ref, KEY, position)
+        else:
+            codec = plan.payload_codec = _codec(refs[0], codecs, *plan.payload_ref, PAYLOAD, position)
+        return _kernel_decoder(codec)
+
+    def fallback(start: int, end: int, index: int) -> Record | None:
+        pb = _parse_record(message[start:end])
+        return _convert(lambda: _from_pb(pb, store, refs, codecs), pb.position, index, failed)
+
+    try:
+        return _reader.read(message, plans, new_plan, resolve, fallback)
+    except (IndexError, ValueError) as e:  # from upb in ``fallback``: the message is malformed
+        raise ConversionError(f"malformed batch message ({len(message)} bytes): {e}") from None
+    except (ConversionError, SchemaError):
+        _batch_message(message)  # a malformed message is the error, as upb would have refused it whole
+        raise
+
+
+#: Avro value kinds the kernel's AvroDecoder reads itself (numbers as in ``_wire.c``)
+_AVRO_KINDS = {"null": 0, "boolean": 1, "int": 2, "long": 2, "float": 3, "double": 4, "bytes": 5, "string": 6,
+               "date": 7, "datetime": 8, "time": 9, "bigint": 10, "decimal": 11, "decimal_text": 12}
+
+
+def _kernel_decoder(codec: Codec) -> Any:
+    """``codec.decode``, as an AvroDecoder of the kernel when the schema is a record of scalars.
+
+    Why not for every schema: the kernel reads the values table rows hold; nested records,
+    arrays, maps, enums and fixed stay with the generated Python reader (its fallback anyway).
+    """
+    root = codec.root
+    if root.kind != "record":
+        return codec.decode
+    names, kinds, decimals = [], [], []
+    for original, _, node in root.fields:
+        branches = node.branches if node.kind == "union" else (node,)
+        branch_kinds = tuple(_AVRO_KINDS.get(b.kind, -1) for b in branches)
+        decimal_branches = [b for b in branches if b.kind == "decimal"]
+        if not branch_kinds or -1 in branch_kinds or len(branch_kinds) > 16 or len(decimal_branches) > 1:
+            return codec.decode
+        decimal = None
+        if decimal_branches:  # the parameters the generated reader uses (``avro_codegen``)
+            avro = decimal_branches[0].avro
+            try:
+                decimal = (Context(prec=int(avro["precision"])), -int(avro.get("scale", 0)))
+            except (KeyError, TypeError, ValueError):
+                return codec.decode
+        names.append(original)
+        kinds.append(branch_kinds if node.kind == "union" else branch_kinds[0])
+        decimals.append(decimal)
+    return _kernel.AvroDecoder(tuple(names), tuple(kinds), tuple(decimals), codec.decode)
+
+
+def _from_wire_python(
+    message: bytes, store: SchemaStore | None, failed: dict[int, tuple[bytes, Exception]] | None
+) -> list[Record | None]:
+    """``from_wire`` in Python: the reference the kernel must match, and the path without it."""
     n = len(message)
     out: list[Record | None] = []
     append = out.append
@@ -443,7 +546,7 @@ def from_wire(
             elif message[i + 2] < 0x80:
                 size, start = (size & 0x7F) | message[i + 2] << 7, i + 3
             else:
-                size, start = read_uvarint(message, i + 1)
+                size, start = _read_length(message, i + 1)
             end = i = start + size
             if end > n:
                 raise ValueError("a record extends past the end of the message")
@@ -456,7 +559,7 @@ def from_wire(
                     size = message[k + 1]
                     k += 2
                     if size >= 0x80:
-                        size, k = read_uvarint(message, k - 1)
+                        size, k = _read_length(message, k - 1)
                     position = message[k:k + size]
                     k += size
                 if message[k] == 0x10:  # operation = 2: a valid number is one byte
@@ -487,7 +590,7 @@ def from_wire(
                         elif message[k + 2] < 0x80:
                             size, p = (size & 0x7F) | message[k + 2] << 7, k + 3
                         else:
-                            size, p = read_uvarint(message, k + 1)
+                            size, p = _read_length(message, k + 1)
                         k = p + size
                         key = _data_at(message, p, k)
                 if k < end and message[k] == 0x2A:  # payload = 5: Change{before = 1, after = 2}
@@ -497,7 +600,7 @@ def from_wire(
                     elif message[k + 2] < 0x80:
                         size, p = (size & 0x7F) | message[k + 2] << 7, k + 3
                     else:
-                        size, p = read_uvarint(message, k + 1)
+                        size, p = _read_length(message, k + 1)
                     k = p + size
                     if p < k and message[p] == 0x0A:
                         size = message[p + 1]
@@ -506,7 +609,7 @@ def from_wire(
                         elif message[p + 2] < 0x80:
                             size, q = (size & 0x7F) | message[p + 2] << 7, p + 3
                         else:
-                            size, q = read_uvarint(message, p + 1)
+                            size, q = _read_length(message, p + 1)
                         p = q + size
                         before = _data_at(message, q, p)
                     if p < k and message[p] == 0x12:
@@ -516,7 +619,7 @@ def from_wire(
                         elif message[p + 2] < 0x80:
                             size, q = (size & 0x7F) | message[p + 2] << 7, p + 3
                         else:
-                            size, q = read_uvarint(message, p + 1)
+                            size, q = _read_length(message, p + 1)
                         p = q + size
                         if message[q] == 0x0A and q < p:  # Data{raw_data = 1}, inline: the usual case
                             size = message[q + 1]
@@ -525,7 +628,7 @@ def from_wire(
                             elif message[q + 2] < 0x80:
                                 size, q = (size & 0x7F) | message[q + 2] << 7, q + 3
                             else:
-                                size, q = read_uvarint(message, q + 1)
+                                size, q = _read_length(message, q + 1)
                             after = message[q:p] if q + size == p else _OTHER
                         else:
                             after = _data_at(message, q, p)
@@ -571,9 +674,17 @@ def from_wire(
     return out
 
 
+def _read_length(buf: bytes, i: int) -> tuple[int, int]:
+    """A length prefix at ``buf[i]`` and the index after it; upb refuses one of over 5 bytes."""
+    size, p = read_uvarint(buf, i)
+    if p - i > 5:
+        raise ValueError("a length prefix longer than 5 bytes")
+    return size, p
+
+
 def _varint_sum(buf: bytes, i: int) -> int:
     """Bytes from the field tag at ``buf[i - 1]`` to the end of its length-delimited value."""
-    size, p = read_uvarint(buf, i)
+    size, p = _read_length(buf, i)
     return p - i + 1 + size
 
 
@@ -595,13 +706,18 @@ def _parse_record(data: bytes) -> PbRecord:
 
 
 def _convert_into(append, convert, position: bytes, index: int, failed: dict | None) -> None:
+    append(_convert(convert, position, index, failed))
+
+
+def _convert(convert, position: bytes, index: int, failed: dict | None) -> Record | None:
+    """``convert()``, or None with ``failed[index]`` set when it fails and ``failed`` is given."""
     try:
-        append(convert())
+        return convert()
     except (ConversionError, SchemaError) as e:
         if failed is None:
             raise
         failed[index] = (position, e)
-        append(None)
+        return None
 
 
 def _batch_message(message: bytes) -> Any:
