@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
+from cdcflow import accel
 from cdcflow.errors import ConfigError
 from cdcflow.tidb import (
     BINARY_TYPES,
@@ -292,6 +293,11 @@ def column_from_wire(name: str, code: int, flags: int, handle: bool = False) -> 
 # Decoding
 # ---------------------------------------------------------------------------
 
+# The compiled decoder (None: pure Python). It reads messages of table signatures this module
+# has seen (a ``RowPlan`` per ``_TableDecoding``) and returns None for anything else, which the
+# Python path below then decodes or rejects with the typed error.
+_decode_kernel = accel.load("cdcflow.connectors.ticdc._open_protocol_decode")
+
 def _wire_to_native(code: int, flags: int, hint: Column | None) -> Callable[[Any], Any]:
     """Converter for one column's JSON value (never called with None).
     Raises TypeError/ValueError; the caller wraps them with context."""
@@ -418,7 +424,7 @@ def _go_bytes(v):
 class _TableDecoding:
     """A table as one column signature shows it, with a converter per column."""
 
-    __slots__ = ("table", "columns", "specs", "convert")
+    __slots__ = ("table", "columns", "specs", "convert", "kernel_plan", "key_suffix")
 
     def __init__(self, table: TableSchema, columns: dict[str, tuple[int, int, Callable]]):
         self.table = table
@@ -426,6 +432,8 @@ class _TableDecoding:
         # the same in the message's column order, for the fast path
         self.specs = tuple((name, t, f, conv) for name, (t, f, conv) in columns.items())
         self.convert = _compile_convert(self.specs)
+        self.kernel_plan = None  # the compiled decoder's RowPlan, once registered (_register_plan)
+        self.key_suffix = b""  # the key JSON after '{"ts":N' that names this table
 
 
 def _native_expr(code: int, flags: int, conv: Callable[[Any], Any], v: str, ns: dict[str, Any], i: int) -> str:
@@ -503,11 +511,26 @@ class OpenProtocolDecoder:
         else:
             self._lookup = tables.get
         self._cache: dict[tuple, _TableDecoding] = {}
+        # for the compiled decoder: key suffix -> RowPlans of the cached tables it names
+        self._plans: dict[bytes, list] = {}
+        self._kernel = None  # the compiled decoder (_open_protocol_decode.Decoder), made on first use
 
     # -- framing -----------------------------------------------------------
 
     def decode(self, key: bytes, value: bytes | None) -> list[Event]:
         """All events of one message, in order."""
+        if _decode_kernel is not None:
+            kernel = self._kernel
+            if kernel is None or type(kernel) is not _decode_kernel.Decoder:
+                kernel = self._kernel = _decode_kernel.Decoder(self._plans, RowChange, ResolvedEvent,
+                                                               INSERT, UPDATE, DELETE)
+            events = kernel.decode(key, value)
+            if events is not None:
+                return events
+        return self._decode(key, value)
+
+    def _decode(self, key: bytes, value: bytes | None) -> list[Event]:
+        """``decode`` on the Python path: every message, and the errors with their position."""
         if key is None:
             raise MalformedMessage(CODEC, None, "open-protocol messages always have a key")
         key = bytes(key) if not isinstance(key, bytes) else key
@@ -584,9 +607,11 @@ class OpenProtocolDecoder:
             try:
                 row = _convert(dec, image, vstart, part)
             except _SignatureChanged:  # same column names, other types/flags
-                self._cache.pop((scm, tbl, ptn, tuple(image)), None)
+                self._forget(self._cache.pop((scm, tbl, ptn, tuple(image)), None))
                 dec = self._table_for(scm, tbl, ptn, image, vstart)
                 row = _convert(dec, image, vstart, part, strict=True)
+        if dec.kernel_plan is None and _decode_kernel is not None:
+            self._register_plan(dec, scm, tbl, ptn)
         old_row = None
         if old is not None:
             if len(old) == len(image):
@@ -637,8 +662,74 @@ class OpenProtocolDecoder:
         dec = _TableDecoding(table, convs)
         if len(self._cache) > 4096:
             self._cache.clear()
+            self._plans.clear()
         self._cache[sig] = dec
         return dec
+
+    # -- the compiled decoder's plans mirror the cache ----------------------
+
+    def _register_plan(self, dec: _TableDecoding, scm: str, tbl: str, ptn) -> None:
+        """Let the compiled decoder read rows of ``dec``'s signature: keyed by the key JSON after
+        the ts as TiCDC writes it for this table (Go's field order, empty names omitted)."""
+        head: dict[str, Any] = {}
+        if scm:
+            head["scm"] = scm
+        if tbl:
+            head["tbl"] = tbl
+        if ptn is not None:
+            head["ptn"] = ptn
+        head["t"] = TYPE_ROW
+        dec.key_suffix = b"," + orjson.dumps(head)[1:]
+        dec.kernel_plan = _decode_plan(dec)
+        self._plans.setdefault(dec.key_suffix, []).append(dec.kernel_plan)
+
+    def _forget(self, dec: _TableDecoding | None) -> None:
+        """Drop a table signature the cache dropped (its columns changed type or flags)."""
+        if dec is not None and dec.kernel_plan is not None:
+            plans = self._plans.get(dec.key_suffix, [])
+            if dec.kernel_plan in plans:
+                plans.remove(dec.kernel_plan)
+
+
+def _decode_plan(dec: _TableDecoding):
+    """The compiled decoder's RowPlan for one table signature: per column the exact bytes
+    around its value (``"name":{"t":CODE,`` and ``"f":FLAGS,"v":``), the value kind with its
+    bounds, and the Python converter the kernel calls for values off the kind's fast path."""
+    k = _decode_kernel
+    specs = []
+    for name, t, f, conv in dec.specs:
+        lo = hi = 0
+        aux = None
+        if t in _INT_CODES or t == 13 or t == 16:
+            kind = k.K_INT
+            lo, hi = (_INT_RANGE[t][1 if f & FLAG_UNSIGNED else 0] if t in _INT_CODES
+                      else (0, 2155) if t == 13 else (0, (1 << 64) - 1))
+        elif t == 5 or t == 4:
+            kind = k.K_DOUBLE if t == 5 else k.K_FLOAT
+        elif t == 246:
+            kind = k.K_DECIMAL
+        elif t == 10:
+            kind = k.K_DATE
+        elif t == 7 or t == 12:
+            kind = k.K_DATETIME
+        elif t == 11:
+            kind = k.K_TIME
+        elif conv is _expect_str:
+            kind = k.K_STR
+        elif conv is _go_bytes:
+            kind = k.K_GO_BYTES
+        elif conv is _b64_bytes:
+            kind = k.K_B64_BYTES
+        elif conv is _b64_text:
+            kind = k.K_B64_TEXT
+        elif conv is _uint_text:
+            kind = k.K_UINT_TEXT
+        elif getattr(conv, "names", None) is not None:  # conv_enum with the hint's elements
+            kind, aux = k.K_ENUM_NAME, conv.names
+        else:  # SET with elements: the converter does it
+            kind = k.K_CONV
+        specs.append((orjson.dumps(name) + b':{"t":%d,' % t, b'"f":%d,"v":' % f, name, kind, lo, hi, conv, aux))
+    return k.RowPlan(dec.table, tuple(specs))
 
 
 def _hint_fits(hint: TableSchema, wire: TableSchema, ptn) -> bool:
@@ -908,7 +999,7 @@ class _TableEncoding:
     constant part of its column object and its value converter; plus two generated
     image builders (new and old image) for rows holding every column."""
 
-    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "new_image", "old_image")
+    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "new_image", "old_image", "kernel_plan")
 
     def __init__(self, table: TableSchema):
         self.table = table
@@ -926,6 +1017,7 @@ class _TableEncoding:
         self.handle = frozenset(c.name for c in table.columns if c.handle_key)
         self.new_image = _compile_image(table, self.columns)
         self.old_image = _compile_image(table, self.columns)
+        self.kernel_plan = None  # the compiled encoder's TablePlan, built on first use (_kernel_plan)
 
 
 def _wire_expr(col: Column, code: int, conv: Callable[[Any], Any], v: str, ns: dict[str, Any], i: int) -> str:
@@ -991,6 +1083,65 @@ def _no_fast(row):
     raise _NotFast
 
 
+# -- the compiled encoder (_open_protocol_encode.c), for OpenProtocolEncoder.encode_records --------
+from sys import intern as _intern  # noqa: E402
+
+from cdcflow.record import META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, Operation, Record  # noqa: E402
+
+from .events import META_COMMIT_TS, META_CONTROL, META_PARTITION, from_record, from_records  # noqa: E402
+from .events import _referenced_table  # noqa: E402  (from_records' table lookup, memoised per reference)
+
+_encode_kernel = accel.load("cdcflow.connectors.ticdc._open_protocol_encode")
+"""The compiled encoder, or None: the Python path is the reference and the fallback (tests switch
+the kernel off by setting this to None)."""
+
+
+def _kernel_kind(col: Column, code: int, conv: Callable[[Any], Any]) -> tuple[int, int, int, int, dict | None]:
+    """(kind, scale or fsp or binary flag, lo, hi, ENUM index) of a column for the kernel: the same
+    split as ``_wire_expr`` (the common types in C, ``conv`` for the rest and for every value the
+    fast path does not take)."""
+    k = _encode_kernel
+    kind = conv.__name__
+    if kind == "enc_int":
+        lo, hi = _int_bounds(code, col)
+        if -(1 << 63) <= lo and hi < (1 << 64):
+            return k.K_INT, -1, lo, hi, None
+    elif kind == "enc_double":
+        return k.K_DOUBLE, -1, 0, 0, None
+    elif kind == "enc_float":
+        return k.K_FLOAT32, -1, 0, 0, None
+    elif kind == "enc_decimal" and col.scale is not None and col.scale >= 0:
+        return k.K_DECIMAL, col.scale, 0, 0, None
+    elif kind == "enc_date":
+        return k.K_DATE, -1, 0, 0, None
+    elif kind in ("enc_datetime", "enc_time") and (col.fsp is None or 0 <= col.fsp <= 6):
+        return k.K_DATETIME if kind == "enc_datetime" else k.K_TIME, -1 if col.fsp is None else col.fsp, 0, 0, None
+    elif kind in ("enc_text", "enc_json"):
+        return k.K_STR, -1, 0, 0, None
+    elif kind == "enc_enum" and col.elements:
+        return k.K_ENUM, -1, 0, 0, {name: i + 1 for i, name in enumerate(col.elements)}
+    elif kind == "enc_blob":
+        return k.K_BLOB, int(is_binary(col)), 0, 0, None
+    elif kind == "enc_binstr":
+        return k.K_BINSTR, -1, 0, 0, None
+    return k.K_CONV, -1, 0, 0, None
+
+
+def _kernel_plan(enc: _TableEncoding):
+    """The kernel's ``TablePlan`` for ``enc``'s table: per column its name, the constant JSON before
+    its value (the bytes orjson writes for the column object up to ``"v":``), its kind and its
+    converter."""
+    columns = []
+    tail = b"null}}"
+    for name, code, handle, flags, conv in enc.columns:
+        obj = {"t": code, "h": True, "f": flags, "v": None} if handle else {"t": code, "f": flags, "v": None}
+        prefix = orjson.dumps({name: obj})[1:-len(tail)]
+        kind, param, lo, hi, index = _kernel_kind(enc.table.column(name), code, conv)
+        # interned: row dicts whose keys are interned (code constants) then match by identity
+        columns.append((_intern(name), prefix, kind, param, lo, hi, index, conv))
+    return _encode_kernel.TablePlan(enc.key_suffix, bool(enc.handle), tuple(columns))
+
+
 class OpenProtocolEncoder:
     """Encode events into open-protocol Kafka messages ``(key, value)``.
 
@@ -1008,6 +1159,74 @@ class OpenProtocolEncoder:
         self._delete_handle_only = self.options["delete-only-output-handle-key-columns"]
         self._tables: dict[int, _TableEncoding] = {}
         self._busy = threading.Lock()
+        self._kernel = None  # the compiled encoder (_open_protocol_encode.Encoder), made on first use
+        self._kernel_store: tuple | None = None  # (store, plan_for, fallback) of the last store
+
+    def encode_records(self, records: Iterable[Record], store=None) -> list[tuple[bytes, bytes]]:
+        """OpenCDC records -> messages: exactly ``encode(events.from_records(records, store))``.
+
+        With the compiled kernel, row records in the usual shape go from the record to the
+        message bytes with no event per row; every other record is mapped and encoded here, in
+        its place. Whatever the kernel leaves undecided (a bad value, a row over
+        ``max-message-bytes``) is redone on the Python path, which raises the error it names."""
+        records = records if type(records) is list else list(records)
+        if _encode_kernel is None or store is None:
+            return self.encode(from_records(records, store))
+        if not self._busy.acquire(blocking=False):  # see encode
+            return OpenProtocolEncoder(self.options).encode_records(records, store)
+        try:
+            try:
+                return self._kernel_encoder().encode(records, *self._kernel_callables(store))
+            except MemoryError:
+                raise
+            except Exception:  # noqa: BLE001 - the kernel does not word errors; the Python path does
+                pass
+            return self._encode(from_records(records, store))
+        finally:
+            self._busy.release()
+
+    def _kernel_encoder(self):
+        if self._kernel is None or type(self._kernel) is not _encode_kernel.Encoder:
+            self._kernel = _encode_kernel.Encoder(
+                (self._max_batch, self._max_bytes, self._old_value, self._only_updated, self._delete_handle_only),
+                Record, (Operation.CREATE, Operation.SNAPSHOT, Operation.UPDATE, Operation.DELETE),
+                (META_CONTROL, META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, META_PARTITION,
+                 META_COMMIT_TS, EXTRA_ROW_ID, EXTRA_ONLY_HANDLE_KEY, EXTRA_CLAIM_CHECK))
+        return self._kernel
+
+    def _kernel_callables(self, store) -> tuple[Callable, Callable]:
+        """The kernel's two ways back into Python for ``store``: ``plan_for(record)`` (the table
+        plan of a row record's schema reference, None without a TiDB table) and
+        ``fallback(record)`` (the message parts of any record the kernel does not write)."""
+        if self._kernel_store is not None and self._kernel_store[0] is store:
+            return self._kernel_store[1:]
+
+        def plan_for(record: Record):
+            table = _referenced_table(record, store)
+            if table is None:
+                return None
+            enc = self._encoding(table)
+            if enc.kernel_plan is None:
+                enc.kernel_plan = _kernel_plan(enc)
+            return enc.kernel_plan
+
+        def fallback(record: Record) -> tuple[bytes, bytes, bool]:
+            return self._parts(from_record(record, store))
+
+        self._kernel_store = (store, plan_for, fallback)
+        return plan_for, fallback
+
+    def _parts(self, ev: Event) -> tuple[bytes, bytes, bool]:
+        """(key JSON, value JSON, True) of a row, to be batched; (key, value, False) of the message
+        a DDL or resolved event travels in alone."""
+        t = type(ev)
+        if t is RowChange:
+            return (*self._row(ev, self._encoding(ev.table)), True)
+        if t is DDLEvent:
+            return (*self._ddl(ev), False)
+        if t is ResolvedEvent:
+            return (*self._resolved(ev), False)
+        raise UnsupportedEvent(CODEC, None, f"not a TiCDC event: {t.__name__}")
 
     def encode(self, events: Iterable[Event]) -> list[tuple[bytes, bytes]]:
         # the generated image builders reuse their column objects, so one thread at a time
@@ -1054,8 +1273,7 @@ class OpenProtocolEncoder:
             if t is DDLEvent:
                 out.append(self._ddl(ev))
             elif t is ResolvedEvent:
-                k = orjson.dumps({"ts": ev.ts, "t": TYPE_RESOLVED})
-                out.append((_VERSION_BYTES + pack(len(k)) + k, _ZERO_LEN))
+                out.append(self._resolved(ev))
             else:
                 raise UnsupportedEvent(CODEC, None, f"not a TiCDC event: {t.__name__}")
         if keys:
@@ -1125,6 +1343,11 @@ class OpenProtocolEncoder:
         if ccl:
             key["ccl"] = ccl
         return orjson.dumps(key)
+
+    @staticmethod
+    def _resolved(ev: ResolvedEvent) -> tuple[bytes, bytes]:
+        k = orjson.dumps({"ts": ev.ts, "t": TYPE_RESOLVED})
+        return _VERSION_BYTES + _LEN.pack(len(k)) + k, _ZERO_LEN
 
     def _ddl(self, ev: DDLEvent) -> tuple[bytes, bytes]:
         key: dict[str, Any] = {"ts": ev.commit_ts}

@@ -22,7 +22,7 @@ from decimal import Decimal
 import orjson
 
 from cdcflow.connectors.ticdc import open_protocol as op
-from cdcflow.connectors.ticdc.events import RowChange, from_records, to_record, to_records
+from cdcflow.connectors.ticdc.events import RowChange, to_record, to_records
 from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
 from timing import best_rates
@@ -101,7 +101,7 @@ def run(n: int = 20_000) -> list[tuple[str, float, float]]:
             loads(d)
 
     def encode():
-        op.OpenProtocolEncoder().encode(from_records(records, store))
+        op.OpenProtocolEncoder().encode_records(records, store)  # = encode(from_records(records, store))
 
     structures = [orjson.loads(d) for d in docs]
 

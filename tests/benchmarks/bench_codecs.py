@@ -7,7 +7,8 @@ Avro and open protocol come from their own bench modules (bench_codec_avro.main,
 bench_codec_open.run). canal-json and CSV reuse bench_codec_canal_csv's rows and
 timer with the same call pattern as the others: decode = codec decode +
 ``events.to_records``; encode = ``events.from_records`` (column model from the
-schema store) + codec encode. Floors: orjson.loads/dumps, csv.reader/writer,
+schema store) + codec encode, or the codec's own records method where it has one
+(open protocol: ``OpenProtocolEncoder.encode_records``, the same bytes). Floors: orjson.loads/dumps, csv.reader/writer,
 fastavro schemaless_reader/writer; the JSON codecs also show json.loads/dumps (the issue names
 both; the target is taken against orjson). Ours and its floors are timed interleaved, best of 5,
 with the heap kept steady (``bench_codec_open.steady_heap``: page faults of freed-and-refetched
