@@ -47,12 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     except CdcflowError as e:
         print(f"cannot serve {args.plugin}: {e}", file=sys.stderr, flush=True)
         return 1
+    from ..heap import keep_freed_memory
     from .server import serve
 
     # what is loaded now lives as long as the process: keep full collections from walking it
     # again for every batch of records the plugin holds (the engine's workers do the same)
     gc.collect()
     gc.freeze()
+    keep_freed_memory()
     return serve(info)
 
 

@@ -547,9 +547,18 @@ _HANDLER_KINDS = {
 }
 
 
+#: what a served plugin listens on unless the host sets CDCFLOW_PLUGIN_NETWORK
+DEFAULT_NETWORK = "tcp" if os.name == "nt" else "unix"
+
+
 def _bind(server: grpc.Server, env: Mapping[str, str]) -> tuple[str, str, str | None]:
-    """Listen where the host asked; return (network, address, socket dir to remove)."""
-    if env.get(hs.ENV_NETWORK, "tcp") == "unix":
+    """Listen where the host asked; return (network, address, socket dir to remove).
+
+    A unix socket by default, as go-plugin's servers (Conduit's connectors) use on every
+    system but Windows: no port to pick or expose, and less overhead per message than
+    loopback TCP. ``CDCFLOW_PLUGIN_NETWORK=tcp`` asks for TCP in the plugin port range.
+    """
+    if (env.get(hs.ENV_NETWORK) or DEFAULT_NETWORK) == "unix":
         parent = env.get(hs.ENV_UNIX_SOCKET_DIR) or None
         sock_dir = tempfile.mkdtemp(prefix="cdcflow-plugin-", dir=parent)
         path = os.path.join(sock_dir, "plugin.sock")

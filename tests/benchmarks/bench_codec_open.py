@@ -13,7 +13,6 @@ structures already built as dicts.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime as dt
 import json
 import struct
@@ -22,6 +21,7 @@ from decimal import Decimal
 import orjson
 
 from cdcflow.connectors.ticdc import open_protocol as op
+from cdcflow.heap import keep_freed_memory
 from cdcflow.connectors.ticdc.events import RowChange, to_record, to_records
 from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
@@ -51,17 +51,11 @@ def make_events(n: int) -> list[RowChange]:
 
 
 def steady_heap() -> None:
-    """Keep freed memory in the process (glibc mallopt: no trimming, no per-block mmap), so a
-    timed round does not page-fault its output buffers back in. On this VM those faults cost
+    """Keep freed memory in the process (``cdcflow.heap``, as the engine's workers and plugins do),
+    so a timed round does not page-fault its output buffers back in. On this VM those faults cost
     ≈ 2 µs per fresh 4 KiB page of kernel time and swung one floor 5× between runs; without
-    them every side is timed on its own work, and no floor gets slower. No-op off glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_trim_threshold, 1 << 30)
-    libc.mallopt(m_mmap_threshold, 1 << 30)
+    them every side is timed on its own work, and no floor gets slower."""
+    keep_freed_memory()
 
 
 def split_docs(messages):

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cdcflow.heap import keep_freed_memory
 from cdcflow.record import Operation, Record
 from cdcflow.registry import load_registry
 from cdcflow.standalone.export import export_launcher
@@ -63,11 +64,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=10_000)
-    ap.add_argument("--network", choices=("tcp", "unix"), default="tcp")
+    ap.add_argument("--network", choices=("tcp", "unix"), default=None,
+                    help="what the plugin listens on (default: the runtime's default, a unix socket)")
     args = ap.parse_args()
+    keep_freed_memory()  # as in a Spark worker, where an in-process destination runs
     info = load_registry().connector("builtin:file")
     with tempfile.TemporaryDirectory() as tmp:
         launcher = export_launcher("builtin:file", Path(tmp) / "plugins")
+        print(f"plugin listens on: {args.network or 'the default (unix socket)'}")
         print(f"{'payload':<12}{'mode':<14}{'records/s':>12}{'MB/s':>9}{'ratio':>8}"
               f"{'host µs/rec':>13}{'plugin µs/rec':>15}")
         for label, make in (("raw 1KB", raw_records), ("structured", structured_records)):
@@ -79,8 +83,8 @@ def main() -> None:
                 if mode == "in-process":
                     dest = info.new_destination()
                 else:
-                    dest = StandaloneDestination(
-                        launcher, options=HostOptions(extra_env={"CDCFLOW_PLUGIN_NETWORK": args.network}))
+                    env = {"CDCFLOW_PLUGIN_NETWORK": args.network} if args.network else {}
+                    dest = StandaloneDestination(launcher, options=HostOptions(extra_env=env))
                 dest.configure(info.validate("destination", {"path": str(path)}))
                 dest.open()
                 run(dest, records[: args.batch], args.batch)  # warm-up: schemas, connections

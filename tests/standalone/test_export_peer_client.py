@@ -15,9 +15,9 @@ from cdcflow.standalone.export import export_launcher
 from standalone_helpers import HERE
 
 
-def _peer_client(launcher: Path, side: str, config: dict, count: int) -> dict:
+def _peer_client(launcher: Path, side: str, config: dict, count: int, env: dict | None = None) -> dict:
     proc = subprocess.run([sys.executable, str(HERE / "peer_client.py"), str(launcher), side, json.dumps(config),
-                           str(count)], capture_output=True, text=True, timeout=120)
+                           str(count)], capture_output=True, text=True, timeout=120, env=dict(os.environ, **(env or {})))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -33,14 +33,24 @@ def test_exported_launcher_refuses_without_cookie(tmp_path: Path) -> None:
     assert "CONDUIT_PLUGIN_MAGIC_COOKIE" in proc.stderr
 
 
-def test_generator_source_under_peer_client(tmp_path: Path) -> None:
+@pytest.mark.parametrize("network", ["default", "tcp"])
+def test_generator_source_under_peer_client(tmp_path: Path, network: str) -> None:
+    """By default a served plugin listens on a unix socket, as go-plugin servers do; with
+    CDCFLOW_PLUGIN_NETWORK=tcp on loopback within the host's PLUGIN_MIN_PORT..PLUGIN_MAX_PORT."""
     launcher = export_launcher("builtin:generator", tmp_path / "out")
+    env = {"CDCFLOW_PLUGIN_NETWORK": "tcp"} if network == "tcp" else {}
     out = _peer_client(launcher, "source", {"recordCount": "30", "format.type": "structured",
-                                                     "format.options.id": "int", "format.options.name": "string"}, 12)
+                                                     "format.options.id": "int", "format.options.name": "string"}, 12,
+                       env=env)
     assert out["spec"]["name"] == "generator" and "recordCount" in out["spec"]["source_params"]
-    assert out["handshake"].startswith("1|2|tcp|127.0.0.1:")
-    port = int(out["handshake"].split("|")[3].rsplit(":", 1)[1])
-    assert 20000 <= port <= 20500
+    if network == "tcp":
+        assert out["handshake"].startswith("1|2|tcp|127.0.0.1:")
+        port = int(out["handshake"].split("|")[3].rsplit(":", 1)[1])
+        assert 20000 <= port <= 20500
+    else:
+        sock = out["handshake"].split("|")[3]
+        assert out["handshake"].startswith("1|2|unix|/") and sock.endswith("/plugin.sock")
+        assert not os.path.exists(os.path.dirname(sock))  # the plugin removed its socket directory
     assert out["steps"] == ["Specify", "Configure", "LifecycleOnCreated", "Open", "Run", "Stop", "RunEnded",
                             "Teardown", "Shutdown"]
     assert len(out["positions"]) >= 12 and len(set(out["positions"])) == len(out["positions"])
