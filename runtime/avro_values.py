@@ -40,14 +40,19 @@ import hashlib
 import io
 import json
 import re
+import sys
 import threading
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any, Callable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from . import accel
 from .avro_codegen import Unsupported, generate
 from .errors import ConversionError, SchemaError
+
+#: the compiled decode kernel (runtime/_avro_decode.c), or None: the generated Python reader decodes
+_kernel = accel.load("cdcflow._avro_decode")
 
 CDCFLOW_TYPE = "cdcflow.type"
 CDCFLOW_NAME = "cdcflow.name"
@@ -358,7 +363,9 @@ class Codec:
     """Avro encoder/decoder for one schema, compiled once (use :func:`codec_for`).
 
     ``encode`` raises ConversionError unless the value fits the schema exactly;
-    ``decode`` returns native values (big ints, TIME, original field names).
+    ``decode`` returns native values (big ints, TIME, original field names). Decode tries,
+    in order: the compiled kernel (``runtime/_avro_decode.c``, when built and on), the
+    generated Python reader, fastavro (the reference, whose error is the one raised).
     """
 
     def __init__(self, schema: Any):
@@ -381,6 +388,11 @@ class Codec:
             self._fast_encode, self._fast_decode = generate(self.root)
         except Unsupported:  # fastavro converts what cdcflow does not model
             self._fast_encode = self._fast_decode = None
+        # the Python path: the generated reader, fastavro for what it refuses (no reference to
+        # self, so the kernel plan holding it as its fallback makes no cycle with the codec)
+        self._decode_python = _python_decoder(self._fast_decode, self._parsed, self.root)
+        # the kernel plan (callable), built on first use (None: not yet; False: no plan)
+        self._kernel_decode: Callable[[bytes], Any] | None | bool = None
 
     # -- public ------------------------------------------------------------------
     def prepare(self, value: Any) -> Any:
@@ -419,27 +431,37 @@ class Codec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> Any:
-        fast = self._fast_decode
-        if fast is not None:
-            try:
-                value, end = fast(data, 0)
-                if end == len(data):
-                    return value
-            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
-                pass
-        return self._reference_decode(data)
+        kernel = _kernel
+        if kernel is not None:
+            plan = self._kernel_decode
+            if plan is None:
+                plan = self._build_kernel_decode(kernel)
+            if plan:
+                return plan(data)  # the kernel's value, or _decode_python's where it hands back
+        return self._decode_python(data)
+
+    def decoder(self) -> Callable[[bytes], Any]:
+        """A callable that behaves as ``decode``, for callers decoding many values: the compiled
+        plan itself when the kernel covers this schema (no Python frame per value), else ``decode``.
+        Chosen when asked: turning the kernel off later does not change a decoder already taken."""
+        kernel = _kernel
+        if kernel is not None:
+            plan = self._kernel_decode
+            if plan is None:
+                plan = self._build_kernel_decode(kernel)
+            if plan:
+                return plan
+        return self.decode
+
+    def _build_kernel_decode(self, kernel: Any) -> Callable[[bytes], Any] | bool:
+        # the kernel mirrors the generated reader, so it serves exactly the schemas that one does
+        plan = self._kernel_decode = self._fast_decode is not None and _decode_plan(
+            kernel, self.root, self._decode_python)
+        return plan
 
     def _reference_decode(self, data: bytes) -> Any:
         """fastavro and the native conversions: the behaviour the generated decoder must match."""
-        buf = io.BytesIO(data)
-        try:
-            value = schemaless_reader(buf, self._parsed, None, return_record_name=True)
-        except (EOFError, ValueError, TypeError, OverflowError, UnicodeError, IndexError, KeyError) as e:
-            raise ConversionError(f"data does not match its Avro schema: {type(e).__name__}: {e}") from None
-        if buf.tell() != len(data):
-            raise ConversionError(f"data does not match its Avro schema: {len(data) - buf.tell()} trailing bytes")
-        dec = self.root.dec
-        return value if dec is None else dec(value)
+        return _fastavro_decode(self._parsed, self.root, data)
 
     # -- compilation -------------------------------------------------------------
     def _compile(self, t: Any, namespace: str | None) -> _Node:
@@ -510,6 +532,35 @@ class Codec:
 
     def _union(self, branches: list[_Node], t: list) -> _Node:
         return _union(branches, t)
+
+
+def _fastavro_decode(parsed: Any, root: _Node, data: bytes) -> Any:
+    """fastavro and the native conversions: the reference decode, and its precise errors."""
+    buf = io.BytesIO(data)
+    try:
+        value = schemaless_reader(buf, parsed, None, return_record_name=True)
+    except (EOFError, ValueError, TypeError, OverflowError, UnicodeError, IndexError, KeyError) as e:
+        raise ConversionError(f"data does not match its Avro schema: {type(e).__name__}: {e}") from None
+    if buf.tell() != len(data):
+        raise ConversionError(f"data does not match its Avro schema: {len(data) - buf.tell()} trailing bytes")
+    dec = root.dec
+    return value if dec is None else dec(value)
+
+
+def _python_decoder(fast: Callable | None, parsed: Any, root: _Node) -> Callable[[bytes], Any]:
+    """The generated reader, with the reference for whatever it does not read to the end."""
+
+    def decode_python(data: bytes) -> Any:
+        if fast is not None:
+            try:
+                value, end = fast(data, 0)
+                if end == len(data):
+                    return value
+            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
+                pass
+        return _fastavro_decode(parsed, root, data)
+
+    return decode_python
 
 
 def _fastavro_schema(t: Any) -> Any:
@@ -789,6 +840,86 @@ def _union(branches: list[_Node], avro: Any) -> _Node:
     node = _Node(enc, dec if needs_dec else None, "union", tuple({t for b in branches for t in b.py_types}), "union", avro)
     node.branches = branches  # type: ignore[attr-defined]
     return node
+
+
+# ---------------------------------------------------------------------------
+# Decode kernel plan
+# ---------------------------------------------------------------------------
+class _NoPlan(Exception):
+    """Internal: a node kind the kernel does not read; the generated reader keeps the schema."""
+
+
+_DECIMAL_FAST_MAX_SCALE = 999_999  # what the kernel's "<digits>E-<scale>" text path accepts
+
+
+def _decimal_convert(precision: int, scale: int) -> tuple[Callable[[bytes], Decimal], bool]:
+    """The generated reader's decimal conversion (the kernel calls it when its own path does not
+    apply) and whether the kernel's exact path gives the same value: true when ``scaleb`` can
+    neither round nor clamp a value of at most ``precision`` digits."""
+    ctx = Context(prec=precision)
+
+    def convert(raw: bytes) -> Decimal:
+        return ctx.create_decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, ctx)
+
+    fast = (0 <= scale <= _DECIMAL_FAST_MAX_SCALE and ctx.clamp == 0 and ctx.Emin <= -scale
+            and precision - 1 - scale <= ctx.Emax)
+    return convert, fast
+
+
+def _decode_plan(kernel: Any, root: _Node, fallback: Callable[[bytes], Any]) -> Callable[[bytes], Any] | bool:
+    """The kernel's plan for the tree under ``root`` (False when a kind is not covered): calling
+    it decodes, with ``fallback`` deciding whatever the kernel hands back.
+
+    The plan is a flat tuple of node entries whose children are indexes into it, so a
+    recursive record is plain data (no reference cycle through the kernel object).
+    """
+    k = kernel
+    simple = {
+        "null": k.K_NULL, "boolean": k.K_BOOLEAN, "int": k.K_LONG, "long": k.K_LONG, "float": k.K_FLOAT,
+        "double": k.K_DOUBLE, "bytes": k.K_BYTES, "string": k.K_STRING, "bigint": k.K_BIGINT,
+        "date": k.K_DATE, "datetime": k.K_DATETIME, "time": k.K_TIME,
+    }
+    entries: list[tuple] = []
+    index: dict[int, int] = {}
+
+    def visit(node: _Node) -> int:
+        at = index.get(id(node))
+        if at is None:
+            at = index[id(node)] = len(entries)
+            entries.append(())  # reserved first: a recursive record refers to its own index
+            entries[at] = entry(node)
+        return at
+
+    def entry(node: _Node) -> tuple:
+        kind = node.kind
+        if kind in simple:
+            return (simple[kind],)
+        if kind == "decimal":  # the parameters exactly as the generated reader reads them
+            precision, scale = int(node.avro["precision"]), int(node.avro.get("scale", 0))
+            convert, fast = _decimal_convert(precision, scale)
+            return (k.K_DECIMAL, precision, scale, int(fast), convert, Decimal)
+        if kind == "decimal_text":
+            return (k.K_DECIMAL_TEXT, Decimal)
+        if kind == "enum":
+            return (k.K_ENUM, tuple(node.avro["symbols"]))
+        if kind == "fixed":
+            return (k.K_FIXED, int(node.avro["size"]))
+        if kind == "record":
+            keys = tuple(sys.intern(orig) if type(orig) is str else orig for orig, _, _ in node.fields)
+            return (k.K_RECORD, keys, tuple(visit(f) for _, _, f in node.fields))
+        if kind == "array":
+            return (k.K_ARRAY, visit(node.items))
+        if kind == "map":
+            return (k.K_MAP, visit(node.values))
+        if kind == "union":
+            return (k.K_UNION, tuple(visit(b) for b in node.branches))
+        raise _NoPlan(kind)
+
+    try:
+        root_index = visit(root)
+        return kernel.Plan(tuple(entries), root_index, fallback)
+    except (_NoPlan, ValueError, TypeError, OverflowError, KeyError):
+        return False
 
 
 # ---------------------------------------------------------------------------
