@@ -23,7 +23,6 @@ sent as Struct.
 
 from __future__ import annotations
 
-from decimal import Context
 from typing import Any, Iterable, Mapping
 
 from google.protobuf import struct_pb2
@@ -470,7 +469,7 @@ def _from_wire_kernel(
             codec = plan.key_codec = _codec(refs[0], codecs, *plan.key_ref, KEY, position)
         else:
             codec = plan.payload_codec = _codec(refs[0], codecs, *plan.payload_ref, PAYLOAD, position)
-        return _kernel_decoder(codec)
+        return codec.decoder()  # the Avro kernel's compiled plan where it covers the schema
 
     def fallback(start: int, end: int, index: int) -> Record | None:
         pb = _parse_record(message[start:end])
@@ -483,40 +482,6 @@ def _from_wire_kernel(
     except (ConversionError, SchemaError):
         _batch_message(message)  # a malformed message is the error, as upb would have refused it whole
         raise
-
-
-#: Avro value kinds the kernel's AvroDecoder reads itself (numbers as in ``_wire.c``)
-_AVRO_KINDS = {"null": 0, "boolean": 1, "int": 2, "long": 2, "float": 3, "double": 4, "bytes": 5, "string": 6,
-               "date": 7, "datetime": 8, "time": 9, "bigint": 10, "decimal": 11, "decimal_text": 12}
-
-
-def _kernel_decoder(codec: Codec) -> Any:
-    """``codec.decode``, as an AvroDecoder of the kernel when the schema is a record of scalars.
-
-    Why not for every schema: the kernel reads the values table rows hold; nested records,
-    arrays, maps, enums and fixed stay with the generated Python reader (its fallback anyway).
-    """
-    root = codec.root
-    if root.kind != "record":
-        return codec.decode
-    names, kinds, decimals = [], [], []
-    for original, _, node in root.fields:
-        branches = node.branches if node.kind == "union" else (node,)
-        branch_kinds = tuple(_AVRO_KINDS.get(b.kind, -1) for b in branches)
-        decimal_branches = [b for b in branches if b.kind == "decimal"]
-        if not branch_kinds or -1 in branch_kinds or len(branch_kinds) > 16 or len(decimal_branches) > 1:
-            return codec.decode
-        decimal = None
-        if decimal_branches:  # the parameters the generated reader uses (``avro_codegen``)
-            avro = decimal_branches[0].avro
-            try:
-                decimal = (Context(prec=int(avro["precision"])), -int(avro.get("scale", 0)))
-            except (KeyError, TypeError, ValueError):
-                return codec.decode
-        names.append(original)
-        kinds.append(branch_kinds if node.kind == "union" else branch_kinds[0])
-        decimals.append(decimal)
-    return _kernel.AvroDecoder(tuple(names), tuple(kinds), tuple(decimals), codec.decode)
 
 
 def _from_wire_python(

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdcflow import avro_values
 from cdcflow.avro_values import avro_type, codec_for
 from cdcflow.convert import protobuf
 from cdcflow.convert.protobuf import PbRecord, from_proto, from_wire, to_wire
@@ -40,6 +41,8 @@ from test_convert_roundtrip import SETTINGS, records  # noqa: E402
 # Without the kernel (not built, or CDCFLOW_PURE_PYTHON=1) the differential tests still hold the
 # Python reader to upb; the tests of the kernel's own objects are skipped.
 needs_kernel = pytest.mark.skipif(protobuf._kernel is None, reason="the _wire kernel is not built (or turned off)")
+needs_avro_kernel = pytest.mark.skipif(avro_values._kernel is None,
+                                       reason="the _avro_decode kernel is not built (or turned off)")
 
 Batch = destination_pb2.Destination.Run.Request
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,8 +144,8 @@ def test_tidb_rows_with_their_column_type_schemas_read_alike(store_batch):
     store, batch = store_batch
     md = batch[0].metadata
     codec = refs_for(store).codec(md["opencdc.payload.schema.subject"], md["opencdc.payload.schema.version"])
-    if protobuf._kernel is not None:  # every TiDB column type is read in C
-        assert isinstance(protobuf._kernel_decoder(codec), protobuf._kernel.AvroDecoder)
+    if avro_values._kernel is not None:  # every TiDB column type is read in C
+        assert isinstance(codec.decoder(), avro_values._kernel.Plan)
     message = _message(to_wire(batch, store))
     _three_ways(message, store)
     assert from_wire(message, store) == batch
@@ -326,14 +329,15 @@ def _scalar_records(draw):
     return schema, draw(st.lists(st.fixed_dictionaries(strategies), min_size=1, max_size=4))
 
 
-@needs_kernel
+@needs_avro_kernel
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_scalar_records(), st.data())
 def test_avro_decoder_equals_the_codec(schema_values, data):
+    """The decoder the kernel calls for payloads (``Codec.decoder``) on table-row schemas."""
     schema, values = schema_values
     codec = codec_for(json.dumps(schema))
-    decoder = protobuf._kernel_decoder(codec)
-    assert isinstance(decoder, protobuf._kernel.AvroDecoder)
+    decoder = codec.decoder()
+    assert isinstance(decoder, avro_values._kernel.Plan)
     for value in values:
         encoded = codec.encode(value)
         got = decoder(encoded)
@@ -355,7 +359,7 @@ def _any_outcome(fn):
         return type(e).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(e))
 
 
-@needs_kernel
+@needs_avro_kernel
 def test_avro_decoder_edge_values():
     schema = {"type": "record", "name": "r", "fields": [
         {"name": "l", "type": "long"}, {"name": "d", "type": avro_type("date")},
@@ -364,7 +368,7 @@ def test_avro_decoder_edge_values():
         {"name": "m", "type": ["null", avro_type("decimal", precision=65, scale=30)]},
         {"name": "b", "type": avro_type("bigint", precision=40)}]}
     codec = codec_for(json.dumps(schema))
-    decoder = protobuf._kernel_decoder(codec)
+    decoder = codec.decoder()
     for value in [
         {"l": -(1 << 63), "d": dt.date.min, "ts": dt.datetime.min, "t": -dt.timedelta(hours=838, seconds=1),
          "f": float("inf"), "u": None, "m": Decimal("-" + "9" * 35 + "." + "9" * 30), "b": -(1 << 127)},
@@ -382,18 +386,14 @@ def test_avro_decoder_edge_values():
 
 
 @needs_kernel
-def test_schemas_the_avro_decoder_does_not_take_use_the_codec():
-    for schema in [
-        {"type": "record", "name": "r", "fields": [{"name": "e", "type": {"type": "enum", "name": "e",
-                                                                          "symbols": ["A", "B"]}}]},
-        {"type": "record", "name": "r", "fields": [{"name": "f", "type": {"type": "fixed", "name": "f", "size": 2}}]},
-        {"type": "record", "name": "r", "fields": [{"name": "a", "type": {"type": "array", "items": "long"}}]},
-        {"type": "record", "name": "r", "fields": [{"name": "n", "type": {
-            "type": "record", "name": "n", "fields": [{"name": "x", "type": "long"}]}}]},
-        "long",
-    ]:
-        codec = codec_for(json.dumps(schema))
-        assert protobuf._kernel_decoder(codec) == codec.decode
+def test_payloads_of_other_schemas_read_alike():
+    """Enums, fixed, arrays, nested records: the records the kernel builds hold what the codec reads."""
+    store = SchemaStore()
+    for after in [{"e": "B"}, {"a": [1, 2, 3]}, {"n": {"x": 1, "y": ["z"]}}, {"m": {"k": b"v"}}]:
+        batch = [Record(b"p", Operation.CREATE, {"a": "1"}, {"id": 1}, None, after)]
+        message = _message(to_wire(batch, store))
+        _three_ways(message, store)
+        assert from_wire(message, store) == batch
 
 
 # -- objects, references, memory -------------------------------------------------------------------
@@ -468,11 +468,11 @@ def test_no_memory_grows_over_repeated_batches():
     assert growth < 8 * 1024, growth
 
 
-@needs_kernel
+@needs_avro_kernel
 def test_the_avro_decoder_hands_other_bytes_like_inputs_to_the_codec():
     store = SchemaStore()
     batch = [Record(b"p", Operation.CREATE, {"a": "1"}, {"id": 1}, None, {"v": "x"})]
     md = PbRecord.FromString(to_wire(batch, store)[0]).metadata
     codec = refs_for(store).codec(md["opencdc.payload.schema.subject"], md["opencdc.payload.schema.version"])
     data = codec.encode({"v": "x"})
-    assert protobuf._kernel_decoder(codec)(bytearray(data)) == codec.decode(data) == {"v": "x"}
+    assert codec.decoder()(bytearray(data)) == codec.decode(data) == {"v": "x"}
