@@ -431,27 +431,26 @@ class Codec:
         return buf.getvalue()
 
     def decode(self, data: bytes) -> Any:
-        kernel = _kernel
-        if kernel is not None:
-            plan = self._kernel_decode
-            if plan is None:
-                plan = self._build_kernel_decode(kernel)
-            if plan:
-                return plan(data)  # the kernel's value, or _decode_python's where it hands back
+        plan = self._compiled_plan()
+        if plan is not None:
+            return plan(data)  # the kernel's value, or _decode_python's where it hands back
         return self._decode_python(data)
 
     def decoder(self) -> Callable[[bytes], Any]:
         """A callable that behaves as ``decode``, for callers decoding many values: the compiled
         plan itself when the kernel covers this schema (no Python frame per value), else ``decode``.
         Chosen when asked: turning the kernel off later does not change a decoder already taken."""
+        return self._compiled_plan() or self.decode
+
+    def _compiled_plan(self) -> Any:
+        """The kernel's plan for this schema (built on first use), or None."""
         kernel = _kernel
-        if kernel is not None:
-            plan = self._kernel_decode
-            if plan is None:
-                plan = self._build_kernel_decode(kernel)
-            if plan:
-                return plan
-        return self.decode
+        if kernel is None:
+            return None
+        plan = self._kernel_decode
+        if plan is None:
+            plan = self._build_kernel_decode(kernel)
+        return plan or None
 
     def _build_kernel_decode(self, kernel: Any) -> Callable[[bytes], Any] | bool:
         # the kernel mirrors the generated reader, so it serves exactly the schemas that one does
