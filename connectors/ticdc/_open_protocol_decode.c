@@ -279,9 +279,7 @@ static int int_object(const Number *num, PyObject **out)
     return *out ? ST_OK : ST_ERR;
 }
 
-/* lead: move to tidbparse.h (a fast path in front of tidbparse_float's PyOS_string_to_double)
- *
- * A float literal whose digits, read as one integer m, stay below 2**53 and whose decimal
+/* A float literal whose digits, read as one integer m, stay below 2**53 and whose decimal
  * exponent e has |e| <= 22: m and 10**|e| are both exact doubles, so the one IEEE multiply or
  * divide m * 10**e is the correctly rounded value, the same double any correct strtod gives
  * (Clinger's fast path). Saves the strtod machinery (and its FPU control word switches) for

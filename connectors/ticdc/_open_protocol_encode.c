@@ -56,7 +56,7 @@ static int hand_back(const char *why)
 
 /* orjson's text of a finite double: repr's shortest digits, in exponent form only when the
  * decimal exponent is < -5 or >= 16 (repr switches at < -4), exponent unpadded ("1e-7", repr
- * "1e-07"). lead: move to tidbtext.h */
+ * "1e-07"). Only this kernel writes JSON numbers for floats (the other codecs write TiDB texts). */
 static int put_json_float(tt_buf *b, double d)
 {
     char *r = tt_float_repr(d);

@@ -425,7 +425,7 @@ def from_records(records, store=None) -> list[Event]:
             continue
         ref = (md.get(META_PAYLOAD_SCHEMA_SUBJECT), md.get(META_PAYLOAD_SCHEMA_VERSION), md.get(META_PARTITION))
         if ref != last_ref or ref[0] is None or ref[1] is None:
-            table = _referenced_table(record, store)
+            table = referenced_table(record, store)
             last_ref = ref if table is not None else None
         kind = op_kind.get(record.operation)
         ts_text = md.get(META_COMMIT_TS)
@@ -543,7 +543,7 @@ def _run_rows(records: Sequence[Record], mds: list, a: int, b: int, store) -> Ta
     """Records ``[a, b)`` (one schema reference, no control record) as ``TableRows``; None when
     ``from_records`` would send any of them to ``from_record``."""
     try:
-        table = _referenced_table(records[a], store)
+        table = referenced_table(records[a], store)
         commit_ts = list(map(int, map(_DICT_GET, mds[a:b], _repeat(META_COMMIT_TS))))
     except (CdcflowError, ValueError, TypeError):  # a bad reference or commit ts: from_record names it
         return None
@@ -615,7 +615,7 @@ def _row_event(record: Record, store) -> RowChange:
         raise RecordError("TiCDC rows need structured data, got raw bytes", position=record.position)
     if old is not None and not isinstance(old, dict):
         raise RecordError("TiCDC old image needs structured data, got raw bytes", position=record.position)
-    table = _referenced_table(record, store) if store is not None else None
+    table = referenced_table(record, store) if store is not None else None
     if table is None:
         table = _schema.infer_table(record, row, old)
     return RowChange(table, kind, _commit_ts(record), row, old, _extra_of(record.metadata))
@@ -624,7 +624,7 @@ def _row_event(record: Record, store) -> RowChange:
 _REFERENCED: dict[tuple, tuple[object, TableSchema | None]] = {}
 
 
-def _referenced_table(record: Record, store) -> TableSchema | None:
+def referenced_table(record: Record, store) -> TableSchema | None:
     """``schema.table_of`` for row records, memoised per (store, subject, version, partition)."""
     md = record.metadata
     cache_key = (id(store), md.get(META_PAYLOAD_SCHEMA_SUBJECT), md.get(META_PAYLOAD_SCHEMA_VERSION),

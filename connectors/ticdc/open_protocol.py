@@ -19,12 +19,14 @@ import re
 import struct
 import threading
 from decimal import Decimal, InvalidOperation
+from sys import intern as _intern
 from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
 from cdcflow import accel
 from cdcflow.errors import ConfigError
+from cdcflow.record import META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, Operation, Record
 from cdcflow.tidb import (
     BINARY_TYPES,
     INLINE_NAMES,
@@ -48,12 +50,18 @@ from .events import (
     DELETE,
     INSERT,
     META_CLAIM_CHECK_LOCATION,
+    META_COMMIT_TS,
+    META_CONTROL,
     META_ONLY_HANDLE_KEY,
+    META_PARTITION,
     UPDATE,
     DDLEvent,
     Event,
     ResolvedEvent,
     RowChange,
+    from_record,
+    from_records,
+    referenced_table,
 )
 
 CODEC = "open-protocol"
@@ -1084,13 +1092,6 @@ def _no_fast(row):
 
 
 # -- the compiled encoder (_open_protocol_encode.c), for OpenProtocolEncoder.encode_records --------
-from sys import intern as _intern  # noqa: E402
-
-from cdcflow.record import META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, Operation, Record  # noqa: E402
-
-from .events import META_COMMIT_TS, META_CONTROL, META_PARTITION, from_record, from_records  # noqa: E402
-from .events import _referenced_table  # noqa: E402  (from_records' table lookup, memoised per reference)
-
 _encode_kernel = accel.load("cdcflow.connectors.ticdc._open_protocol_encode")
 """The compiled encoder, or None: the Python path is the reference and the fallback (tests switch
 the kernel off by setting this to None)."""
@@ -1202,7 +1203,7 @@ class OpenProtocolEncoder:
             return self._kernel_store[1:]
 
         def plan_for(record: Record):
-            table = _referenced_table(record, store)
+            table = referenced_table(record, store)
             if table is None:
                 return None
             enc = self._encoding(table)
