@@ -3,7 +3,10 @@
 Destination: each batch becomes one buffer written with one ``os.write`` on an
 ``O_APPEND`` descriptor, then ``fsync`` — durable before ``write`` returns, and
 lines from several writers (Spark tasks appending to one file) never interleave
-inside a batch on a local file system.
+inside a batch on a local file system. A writer killed inside ``os.write`` leaves
+a torn last line; its records were never acknowledged (the engine sends them
+again), so the next batch written to the file first cuts that torn tail off,
+under an exclusive ``flock`` shared by every writer of the file.
 
 Source: follows the file as it grows. A position is the byte offset just after
 a record's line (ASCII decimal), so a restart resumes at the next line. A last
@@ -12,6 +15,9 @@ line without its newline is not consumed until the newline arrives.
 
 from __future__ import annotations
 
+import fcntl
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,6 +29,8 @@ from cdcflow.sdk import Destination, Source
 
 PLUGIN = "file"
 READ_CHUNK = 1 << 20
+
+log = logging.getLogger("cdcflow.connectors.file")
 
 SOURCE_PARAMS: dict[str, Parameter] = {
     "path": Parameter(ParamType.STRING, None, "Path of the file to read (followed while it grows).", required=True),
@@ -63,7 +71,8 @@ class FileDestination(Destination):
         from cdcflow.schemas import default_store
 
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        # read access too: a torn tail is found by reading the file's end (``_cut_torn_tail``)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._store = default_store()
         self._dumps = _jsonform().dumps_lines
 
@@ -73,11 +82,17 @@ class FileDestination(Destination):
         if self._fd is None:
             raise CdcflowError(f"file destination {self.path}: write before open")
         data = self._dumps(records, self._store)
-        view = memoryview(data)
-        while view:  # a regular file takes it in one call; loop only for the exotic case
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fsync(self._fd)
+        fd = self._fd
+        fcntl.flock(fd, fcntl.LOCK_EX)  # against other writers' appends while the tail is checked
+        try:
+            _cut_torn_tail(fd, self.path)
+            view = memoryview(data)
+            while view:  # a regular file takes it in one call; loop only for the exotic case
+                written = os.write(fd, view)
+                view = view[written:]
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.fsync(fd)
         return None
 
     def stop(self, last_position: bytes | None) -> None:
@@ -88,6 +103,36 @@ class FileDestination(Destination):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _cut_torn_tail(fd: int, path: str) -> None:
+    """End the file at a line boundary before appending to it.
+
+    A tail without its newline is a write torn by a crash when it is not a whole JSON
+    value (cut off: its records were not acknowledged); a whole one is a line someone
+    wrote without the newline (kept, the newline added).
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = size
+    while start > 0:  # the last newline, read backwards in chunks
+        lo = max(0, start - READ_CHUNK)
+        k = os.pread(fd, start - lo, lo).rfind(b"\n")
+        if k >= 0:
+            start = lo + k + 1
+            break
+        start = lo
+    tail = os.pread(fd, size - start, start)
+    try:
+        json.loads(tail)  # the json module: a whole line may hold integers past 64 bits
+    except ValueError:
+        log.warning("file destination %s: cutting off a torn last line (%d bytes at offset %d) left by an "
+                    "interrupted write; its records were not acknowledged and are written again", path,
+                    size - start, start)
+        os.ftruncate(fd, start)
+        return
+    os.write(fd, b"\n")
 
 
 class FileSource(Source):

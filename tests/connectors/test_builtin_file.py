@@ -176,3 +176,46 @@ def test_path_is_required(reg):
     with pytest.raises(ConfigError) as e:
         reg.connector("file").validate("destination", {})
     assert (e.value.parameter, e.value.rule) == ("path", "required")
+
+
+def test_a_torn_last_line_is_cut_before_the_next_batch(reg, tmp_path, caplog):
+    """A writer killed inside ``os.write`` leaves part of a line; those records were never
+    acknowledged, so the next writer drops the fragment and every line stays a record."""
+    path = tmp_path / "d.jsonl"
+    first, second = generated(reg, 10), generated(reg, 6, seed="7")
+    dest = destination(reg, path)
+    dest.write(first)
+    dest.teardown()
+    whole = path.read_bytes()
+    torn = whole.splitlines(keepends=True)[3]
+    with open(path, "ab") as f:  # what a SIGKILL inside the write leaves
+        f.write(torn[: len(torn) // 2])
+    dest = destination(reg, path)
+    with caplog.at_level("WARNING", logger="cdcflow.connectors.file"):
+        dest.write(second)
+    dest.teardown()
+    assert path.read_bytes().startswith(whole)
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == len(first) + len(second)
+    assert [json.loads(x)["position"] for x in lines[len(first):]] == [
+        json.loads(x)["position"] for x in _lines_of(reg, tmp_path, second)]
+    assert "torn last line" in caplog.text and f"offset {len(whole)}" in caplog.text
+
+
+def test_a_whole_last_line_without_its_newline_is_kept(reg, tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"hand": "written", "big": 123456789012345678901234567890}')
+    dest = destination(reg, path)
+    dest.write(generated(reg, 3))
+    dest.teardown()
+    lines = path.read_bytes().splitlines()
+    assert json.loads(lines[0]) == {"hand": "written", "big": 123456789012345678901234567890}
+    assert len(lines) == 4 and all(json.loads(x) for x in lines)
+
+
+def _lines_of(reg, tmp_path, records):
+    other = tmp_path / "reference.jsonl"
+    dest = destination(reg, other)
+    dest.write(records)
+    dest.teardown()
+    return other.read_bytes().splitlines()
