@@ -13,12 +13,15 @@ if _TESTS not in sys.path:
 
 pytest_plugins = ["kafka_fixtures"]
 
-_OWN_CACHE = None
+_OWN_DIRS = []
 if "CDCFLOW_CACHE_DIR" not in os.environ:  # set before any Spark start; subprocesses inherit it
-    _OWN_CACHE = tempfile.mkdtemp(prefix="cdcflow-test-cache-")
-    os.environ["CDCFLOW_CACHE_DIR"] = _OWN_CACHE
+    _OWN_DIRS.append(tempfile.mkdtemp(prefix="cdcflow-test-cache-"))
+    os.environ["CDCFLOW_CACHE_DIR"] = _OWN_DIRS[-1]
+if "SPARK_LOCAL_DIRS" not in os.environ:  # Spark's scratch dirs, also of runs the tests kill
+    _OWN_DIRS.append(tempfile.mkdtemp(prefix="cdcflow-test-spark-"))
+    os.environ["SPARK_LOCAL_DIRS"] = _OWN_DIRS[-1]
 
 
 def pytest_unconfigure(config):
-    if _OWN_CACHE is not None:
-        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+    for path in _OWN_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
