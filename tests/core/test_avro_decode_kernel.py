@@ -16,7 +16,6 @@ import gc
 import re
 import struct
 import sys
-import tracemalloc
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from cdcflow.errors import ConversionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ticdc"))
 import strategies as tidb_st  # noqa: E402  (tests/ticdc/strategies.py: every TiDB type and its edge values)
+from leakcheck import traced_growth
 
 kernel = avro_values._kernel
 pytestmark = pytest.mark.skipif(kernel is None, reason="decode kernel not built or CDCFLOW_PURE_PYTHON=1")
@@ -452,17 +452,5 @@ def test_no_leak_on_values_hand_backs_and_decimal_conversions():
                     pass
             decode_rounding(b"\x04\x01\x00")
 
-    run()  # warm caches (interned strings, free lists)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        run()
-        gc.collect()
-        before, _ = tracemalloc.get_traced_memory()
-        for _ in range(3):
-            run()
-        gc.collect()
-        after, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert after - before < 20_000, f"traced memory grew by {after - before} bytes"
+    grown = traced_growth(run, 3)
+    assert grown < 20_000, f"traced memory grew by {grown} bytes"

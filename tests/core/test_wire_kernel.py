@@ -14,13 +14,14 @@ import json
 import re
 import struct
 import sys
-import tracemalloc
 from decimal import Context, Decimal
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from leakcheck import traced_growth
 
 from cdcflow import avro_values
 from cdcflow.avro_values import avro_type, codec_for
@@ -426,19 +427,7 @@ def test_reader_refuses_classes_it_cannot_fill():
 
 
 def _grows(fn, rounds: int = 300) -> int:
-    fn()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        fn()
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(rounds):
-            fn()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    return traced_growth(fn, rounds)
 
 
 def test_no_memory_grows_over_repeated_batches():

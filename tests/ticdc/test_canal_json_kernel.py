@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +19,7 @@ from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
 from cdcflow.tidb import Column, TableSchema
 
 from strategies import tables_and_rows, values
+from leakcheck import traced_growth
 
 kernel = pytest.importorskip("cdcflow.connectors.ticdc._canal_json", reason="canal-json kernel not built")
 
@@ -246,16 +246,7 @@ def test_generator_input_and_many_tables(monkeypatch):
 # --------------------------------------------------------------------------- leaks
 
 def _traced_growth(fn, rounds: int) -> int:
-    for _ in range(20):
-        fn()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        for _ in range(rounds):
-            fn()
-        return tracemalloc.get_traced_memory()[0] - base
-    finally:
-        tracemalloc.stop()
+    return traced_growth(fn, rounds, warmup=20)
 
 
 def test_no_leak_on_messages_handbacks_and_errors():

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
-import gc
-import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +21,7 @@ from strategies import rows, tables
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.tidb import Column, TableSchema
+from leakcheck import traced_growth
 
 _csv = pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")
 
@@ -287,16 +286,7 @@ def test_no_leak_over_repeated_batches_including_hand_backs_and_errors():
             _csv.encode(encode_plan, kinds, ts, dicts)
             assert _csv.encode(encode_plan, kinds, ts, odd) is None
 
-    work()  # warm caches (interned texts, UTF-8 caches of str values)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        work()
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = traced_growth(work, 1)  # work() itself repeats the batches
     assert grown < 64 * 1024, grown
 
 

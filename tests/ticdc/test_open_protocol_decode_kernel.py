@@ -11,9 +11,7 @@ output) the tests also check it did not hand the message back.
 from __future__ import annotations
 
 import contextlib
-import gc
 import struct
-import tracemalloc
 
 import orjson
 import pytest
@@ -25,6 +23,7 @@ from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
 from cdcflow.tidb import Column, TableSchema
 
 from strategies import tables_and_rows
+from leakcheck import traced_growth
 
 KERNEL = op._decode_kernel
 pytestmark = pytest.mark.skipif(KERNEL is None, reason="open-protocol decode kernel not built or turned off")
@@ -444,20 +443,9 @@ def test_kernel_does_not_leak_on_results_hand_backs_or_converter_errors():
             kernel.decode(*late_bad)
             kernel.decode(*conv_error)
 
-    run(20)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        run(20)
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        run(400)
-        gc.collect()
-        after = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+    grown = traced_growth(lambda: run(1), 400, warmup=20)
     # 400 rounds of 16 rows: one leaked object per row would be hundreds of KiB
-    assert after - before < 32 * 1024, after - before
+    assert grown < 32 * 1024, grown
 
 
 # --------------------------------------------------------------------------- TiCDC-shaped input

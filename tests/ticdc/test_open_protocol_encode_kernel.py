@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import gc
-import tracemalloc
 from decimal import Decimal
 
 import orjson
@@ -33,6 +31,7 @@ from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
 
 from strategies import tables_and_rows
+from leakcheck import traced_growth
 
 needs_kernel = pytest.mark.skipif(op._encode_kernel is None, reason="open-protocol encode kernel not built or off")
 SETTINGS = settings(max_examples=80, deadline=None,
@@ -384,19 +383,7 @@ def test_kernel_off_is_the_python_path(monkeypatch, store):
 # --------------------------------------------------------------------------- references held and released
 
 def _traced_growth(fn, rounds: int) -> int:
-    fn()  # warm caches (plans, interned texts) before measuring
-    gc.collect()
-    tracemalloc.start()
-    try:
-        fn()
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(rounds):
-            fn()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    return traced_growth(fn, rounds, warmup=1)
 
 
 @needs_kernel

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from cdcflow import tidb
 from cdcflow.connectors.ticdc import canal_json as cj
+from leakcheck import traced_growth
 
 k = pytest.importorskip("cdcflow.connectors.ticdc._canal_json", reason="canal-json kernel not built")
 
@@ -223,8 +224,6 @@ def test_json_str_long_input_grows_the_buffer():
 
 
 def test_text_functions_do_not_leak():
-    import tracemalloc
-
     values = [(k.K_INT, 2**64 - 1, -1), (k.K_DECIMAL, decimal.Decimal("12.50"), 2),
               (k.K_DECIMAL, decimal.Decimal("1E+2"), 2), (k.K_DATETIME, datetime.datetime(2020, 1, 1, 1, 1, 1, 5), 6),
               (k.K_TIME, datetime.timedelta(hours=-800, microseconds=3), -1), (k.K_FLOAT, 1e300, -1),
@@ -236,15 +235,6 @@ def test_text_functions_do_not_leak():
         k._json_str("a<b" * 20, k.JSON_GO)
         k._json_latin1(b"\xff" * 30, k.JSON_GO)
 
-    for _ in range(50):
-        once()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for _ in range(2000):
-            once()
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    grown = traced_growth(once, 2000, warmup=50)
     assert grown < 8192, grown
     assert sys.getrefcount(values[0][1]) < 100
