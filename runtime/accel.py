@@ -21,6 +21,8 @@ from types import ModuleType
 KERNELS: tuple[str, ...] = (
     "cdcflow.convert._wire",
     "cdcflow._avro_decode",
+    "cdcflow._avro_encode",
+    "cdcflow.convert._jsonform",
     "cdcflow.connectors.ticdc._canal_json",
     "cdcflow.connectors.ticdc._csv",
     "cdcflow.connectors.ticdc._open_protocol_decode",
