@@ -48,11 +48,13 @@ from typing import Any, Callable
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from . import accel
-from .avro_codegen import Unsupported, generate
+from .avro_codegen import Generator, Unsupported, generate
 from .errors import ConversionError, SchemaError
 
 #: the compiled decode kernel (runtime/_avro_decode.c), or None: the generated Python reader decodes
 _kernel = accel.load("cdcflow._avro_decode")
+#: the compiled encode kernel (runtime/_avro_encode.c), or None: the generated Python writer encodes
+_encode_kernel = accel.load("cdcflow._avro_encode")
 
 CDCFLOW_TYPE = "cdcflow.type"
 CDCFLOW_NAME = "cdcflow.name"
@@ -363,9 +365,10 @@ class Codec:
     """Avro encoder/decoder for one schema, compiled once (use :func:`codec_for`).
 
     ``encode`` raises ConversionError unless the value fits the schema exactly;
-    ``decode`` returns native values (big ints, TIME, original field names). Decode tries,
-    in order: the compiled kernel (``runtime/_avro_decode.c``, when built and on), the
-    generated Python reader, fastavro (the reference, whose error is the one raised).
+    ``decode`` returns native values (big ints, TIME, original field names). Each tries,
+    in order: the compiled kernel (``runtime/_avro_encode.c`` / ``_avro_decode.c``, when
+    built and on), the generated Python writer / reader, fastavro (the reference, whose
+    error is the one raised).
     """
 
     def __init__(self, schema: Any):
@@ -388,19 +391,18 @@ class Codec:
             self._fast_encode, self._fast_decode = generate(self.root)
         except Unsupported:  # fastavro converts what cdcflow does not model
             self._fast_encode = self._fast_decode = None
-        # the Python path: the generated reader, fastavro for what it refuses (no reference to
-        # self, so the kernel plan holding it as its fallback makes no cycle with the codec)
+        # the Python paths: the generated writer / reader, fastavro for what they refuse (no
+        # reference to self, so a kernel plan holding one as its fallback makes no cycle with the codec)
+        self._encode_python = _python_encoder(self._fast_encode, self._parsed, self.root)
         self._decode_python = _python_decoder(self._fast_decode, self._parsed, self.root)
-        # the kernel plan (callable), built on first use (None: not yet; False: no plan)
+        # the kernel plans (callables), built on first use (None: not yet; False: no plan)
+        self._kernel_encode: Callable[[Any], bytes] | None | bool = None
         self._kernel_decode: Callable[[bytes], Any] | None | bool = None
 
     # -- public ------------------------------------------------------------------
     def prepare(self, value: Any) -> Any:
         """The value in the form fastavro writes; ConversionError if it does not conform."""
-        try:
-            return self.root.enc(value)
-        except _Mismatch as m:
-            raise ConversionError(m.message, path="$" + "".join(reversed(m.path)), value=m.value) from None
+        return _prepare(self.root, value)
 
     def conforms(self, value: Any) -> bool:
         try:
@@ -410,25 +412,36 @@ class Codec:
             return False
 
     def encode(self, value: Any) -> bytes:
-        fast = self._fast_encode
-        if fast is not None:
-            out: list[bytes] = []
-            try:
-                fast(value, out)
-                return b"".join(out)
-            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
-                pass
-        return self._reference_encode(value)
+        kernel = _encode_kernel
+        if kernel is not None:
+            plan = self._kernel_encode
+            if plan is None:
+                plan = self._build_kernel_encode(kernel)
+            if plan:
+                return plan(value)  # the kernel's bytes, or _encode_python's where it hands back
+        return self._encode_python(value)
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        """A callable that behaves as ``encode``, for callers encoding many values: the compiled
+        plan itself when the kernel covers this schema (no Python frame per value), else ``encode``.
+        Chosen when asked: turning the kernel off later does not change an encoder already taken."""
+        kernel = _encode_kernel
+        if kernel is None:
+            return self.encode
+        plan = self._kernel_encode
+        if plan is None:
+            plan = self._build_kernel_encode(kernel)
+        return plan or self.encode
+
+    def _build_kernel_encode(self, kernel: Any) -> Callable[[Any], bytes] | bool:
+        # the kernel mirrors the generated writer, so it serves exactly the schemas that one does
+        plan = self._kernel_encode = self._fast_encode is not None and _encode_plan(
+            kernel, self.root, self._encode_python)
+        return plan
 
     def _reference_encode(self, value: Any) -> bytes:
         """fastavro after the strict check: the behaviour the generated encoder must match."""
-        prepared = self.prepare(value)
-        buf = io.BytesIO()
-        try:
-            schemaless_writer(buf, self._parsed, prepared)
-        except (ValueError, TypeError, OverflowError, UnicodeError, KeyError) as e:
-            raise ConversionError(f"cannot encode value as Avro: {e}") from None
-        return buf.getvalue()
+        return _fastavro_encode(self._parsed, self.root, value)
 
     def decode(self, data: bytes) -> Any:
         plan = self._compiled_plan()
@@ -531,6 +544,42 @@ class Codec:
 
     def _union(self, branches: list[_Node], t: list) -> _Node:
         return _union(branches, t)
+
+
+def _prepare(root: _Node, value: Any) -> Any:
+    """The value in the form fastavro writes; ConversionError (with the value's path) if it does not conform."""
+    try:
+        return root.enc(value)
+    except _Mismatch as m:
+        raise ConversionError(m.message, path="$" + "".join(reversed(m.path)), value=m.value) from None
+
+
+def _fastavro_encode(parsed: Any, root: _Node, value: Any) -> bytes:
+    """fastavro after the strict check: the reference encode, and its precise errors."""
+    prepared = _prepare(root, value)
+    buf = io.BytesIO()
+    try:
+        schemaless_writer(buf, parsed, prepared)
+    except (ValueError, TypeError, OverflowError, UnicodeError, KeyError) as e:
+        raise ConversionError(f"cannot encode value as Avro: {e}") from None
+    return buf.getvalue()
+
+
+def _python_encoder(fast: Callable | None, parsed: Any, root: _Node) -> Callable[[Any], bytes]:
+    """The generated writer, with the reference for whatever it refuses (the reference then
+    writes the same bytes or raises the typed error)."""
+
+    def encode_python(value: Any) -> bytes:
+        if fast is not None:
+            out: list[bytes] = []
+            try:
+                fast(value, out)
+                return b"".join(out)
+            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
+                pass
+        return _fastavro_encode(parsed, root, value)
+
+    return encode_python
 
 
 def _fastavro_decode(parsed: Any, root: _Node, data: bytes) -> Any:
@@ -918,6 +967,67 @@ def _decode_plan(kernel: Any, root: _Node, fallback: Callable[[bytes], Any]) -> 
         root_index = visit(root)
         return kernel.Plan(tuple(entries), root_index, fallback)
     except (_NoPlan, ValueError, TypeError, OverflowError, KeyError):
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Encode kernel plan
+# ---------------------------------------------------------------------------
+def _encode_plan(kernel: Any, root: _Node, fallback: Callable[[Any], bytes]) -> Callable[[Any], bytes] | bool:
+    """The encode kernel's plan for the tree under ``root`` (False when a kind is not covered):
+    calling it encodes, with ``fallback`` deciding whatever the kernel hands back.
+
+    The parameters are read from the nodes exactly as the generated writer reads them, and
+    union branches are listed in the order it tries them (``Generator.union_branches``). As
+    for decode, the plan is a flat tuple whose children are indexes into it.
+    """
+    k = kernel
+    simple = {
+        "null": k.K_NULL, "boolean": k.K_BOOLEAN, "int": k.K_INT, "long": k.K_LONG, "float": k.K_FLOAT,
+        "double": k.K_DOUBLE, "bytes": k.K_BYTES, "string": k.K_STRING, "decimal_text": k.K_DECIMAL_TEXT,
+        "date": k.K_DATE, "datetime": k.K_DATETIME, "time": k.K_TIME,
+    }
+    entries: list[tuple] = []
+    index: dict[int, int] = {}
+
+    def visit(node: _Node) -> int:
+        at = index.get(id(node))
+        if at is None:
+            at = index[id(node)] = len(entries)
+            entries.append(())  # reserved first: a recursive record refers to its own index
+            entries[at] = entry(node)
+        return at
+
+    def entry(node: _Node) -> tuple:
+        kind = node.kind
+        if kind in simple:
+            return (simple[kind],)
+        if kind == "bigint":
+            precision = int(node.avro.get("precision") or 0)
+            return (k.K_BIGINT, precision, 10 ** precision if precision > 0 else None)
+        if kind == "decimal":
+            return (k.K_DECIMAL, int(node.avro["precision"]), int(node.avro.get("scale", 0)))
+        if kind == "enum":
+            return (k.K_ENUM, {symbol: i for i, symbol in enumerate(node.avro["symbols"])})
+        if kind == "fixed":
+            return (k.K_FIXED, int(node.avro["size"]))
+        if kind == "record":
+            keys = tuple(sys.intern(orig) if type(orig) is str else orig for orig, _, _ in node.fields)
+            return (k.K_RECORD, keys, tuple(visit(f) for _, _, f in node.fields))
+        if kind == "array":
+            return (k.K_ARRAY, visit(node.items))
+        if kind == "map":
+            return (k.K_MAP, visit(node.values))
+        if kind == "union":
+            scalars, containers, _ = Generator.union_branches(node)
+            tried = scalars + containers
+            return (k.K_UNION, tuple(i for i, _ in tried), tuple(visit(b) for _, b in tried))
+        raise _NoPlan(kind)
+
+    try:
+        root_index = visit(root)
+        return kernel.Plan(tuple(entries), root_index, fallback)
+    except (_NoPlan, Unsupported, ValueError, TypeError, OverflowError, KeyError):
         return False
 
 
