@@ -17,11 +17,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .metrics import RunMetrics
 from .plan import PartitionTask, RunContext
 from .progress import ProgressDisplay, Totals
 from .task import TaskStats, run_partitions
+
+if TYPE_CHECKING:  # prometheus_client is imported only when a run serves metrics
+    from .metrics import RunMetrics
 
 log = logging.getLogger("cdcflow.engine.driver")
 

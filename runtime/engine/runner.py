@@ -15,7 +15,6 @@ from typing import Callable, Mapping, TextIO
 from ..errors import CdcflowError, ConfigError, PluginNotFoundError
 from ..pipeline.model import PipelineConfig
 from .driver import Driver
-from .metrics import RunMetrics
 from .plan import Limits, RunContext, plan_partitions
 from .progress import ProgressDisplay, Totals, summary
 from .session import parse_conf_pairs, resolve_master, ship_plugins, start_session
@@ -130,7 +129,7 @@ def run_files(
         spark_conf.update(cli_conf)
         session = start_session(resolve_master(master, file_master), spark_conf, state)
         outcome.startup_seconds = session.startup_seconds
-        metrics = RunMetrics()
+        metrics = None
         try:
             ship_plugins(session, state)
             try:
@@ -146,6 +145,9 @@ def run_files(
                 limits=_limits(selected, limits),
             )
             if metrics_port is not None:
+                from .metrics import RunMetrics  # prometheus_client: imported only when metrics are served
+
+                metrics = RunMetrics()
                 port = metrics.serve(metrics_port)
                 log.info("Prometheus metrics on http://0.0.0.0:%d/metrics", port)
             driver = Driver(
@@ -162,7 +164,8 @@ def run_files(
             loop = driver.run()
             _teardown_executors(session.context)
         finally:
-            metrics.close()
+            if metrics is not None:
+                metrics.close()
             if session.owned:
                 session.stop()
     outcome.totals = loop.totals

@@ -52,6 +52,10 @@ logger.repl.level = error
 DRIVER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
+#: the Python worker daemon Spark starts on each executor (``daemon.py``)
+DAEMON_MODULE = "cdcflow.engine.daemon"
+
+
 def resolve_master(cli_master: str | None, file_master: str | None) -> str:
     return cli_master or file_master or DEFAULT_MASTER
 
@@ -123,6 +127,8 @@ def base_conf(state: StateDir, master: str) -> dict[str, str]:
         # one partition is worked on by exactly one task at a time: no speculative copies
         "spark.speculation": "false",
         "spark.python.worker.reuse": "true",
+        # PySpark's daemon with cdcflow's worker-side modules imported once, before it forks (daemon.py)
+        "spark.python.daemon.module": DAEMON_MODULE,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"{java_opts} {DRIVER_JVM_OPTIONS}",

@@ -41,6 +41,39 @@ from .state import PartitionState
 log = logging.getLogger("cdcflow.engine.task")
 
 
+def _process_started_at(pid: int | str = "self") -> float | None:
+    """When a process was started (wall clock), from ``/proc``; None elsewhere.
+
+    A Spark Python worker is forked by PySpark's daemon (its parent), so these two are
+    where a task's timeline starts: the daemon's start, then the worker's fork; what lies
+    between the fork and the task's first step is the worker's own start-up (PySpark's
+    worker module, unpickling, imports)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        ticks_since_boot = int(fields[19])  # field 22, "starttime"; fields[0] is field 3
+        return time.time() - (uptime - ticks_since_boot / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_process_marks: tuple[int, list[tuple[str, float]]] = (0, [])
+
+
+def _start_marks() -> list[tuple[str, float]]:
+    """This process's "daemon" and "worker" start marks, read once per process (the module may
+    have been imported before a fork: PySpark's daemon preloads it, ``daemon.py``)."""
+    global _process_marks
+    pid = os.getpid()
+    if _process_marks[0] != pid:
+        marks = [(step, at) for step, at in (("daemon", _process_started_at(os.getppid())),
+                                             ("worker", _process_started_at())) if at is not None]
+        _process_marks = (pid, marks)
+    return _process_marks[1]
+
+
 class PipelineStopped(CdcflowError):
     """The pipeline stopped on purpose: nack threshold exceeded or the DLQ write failed."""
 
@@ -63,6 +96,14 @@ class TaskStats:
     opened: bool = False  # the source was (re)opened: first task of this worker, or the partition moved
     stopped: str | None = None  # DLQ stop: the message
     error: str | None = None  # anything else that failed the partition
+    pid: int = 0  # the Python worker that ran the task
+    # where the task's wall time went: (step, time.time()) in order, from the start of the
+    # worker's parent ("daemon") and the worker's fork ("worker") through "task", "registry",
+    # "pipeline", "source", "first-batch", "work" to "end"
+    timeline: list[tuple[str, float]] = field(default_factory=list)
+    # CPU of the worker process since its fork when the source was open: on a worker's
+    # first task, everything it spent starting up (imports, registry, opening plugins)
+    process_cpu_at_source: float = 0.0
 
 
 # -- process-level plugin cache ------------------------------------------------
@@ -515,6 +556,8 @@ def _work(
             time.sleep(0.01)
             continue
         idle_since = None
+        if not stats.read:
+            stats.timeline.append(("first-batch", time.time()))
         stats.read += len(batch)
         nacks = _process_batch(batch, source, parts, stats, checkpoints)
         if nacks.by_position:
@@ -540,17 +583,25 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
     """Work on one partition for up to the task's budget; never raises (errors are in the stats)."""
     started = time.monotonic()
     cpu_started = time.process_time()
-    stats = TaskStats(task)
+    stats = TaskStats(task, pid=os.getpid())
+    stats.timeline.extend(_start_marks())
+    mark = stats.timeline.append
+    mark(("task", time.time()))
     try:
         _prepare_process(ctx)
         pipe = ctx.pipelines[task.pipeline]
         registry = _registry(ctx)
+        mark(("registry", time.time()))
         state = ctx.state.load(task.pipeline, task.source, task.partition)
         parts = _pipeline_parts(ctx, pipe, registry)
+        mark(("pipeline", time.time()))
         source = _open_source(ctx, pipe, task, state, registry, stats)
+        mark(("source", time.time()))
+        stats.process_cpu_at_source = time.process_time()
         checkpoints = _Checkpoints(ctx, task, source)
         try:
             _work(ctx, pipe, task, state, source, parts, stats, checkpoints)
+            mark(("work", time.time()))
         except BaseException:
             try:
                 checkpoints.flush()  # what was written and saved before the failure is still acknowledged
@@ -570,6 +621,7 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
         _evict_pipeline(ctx, task.pipeline)
     stats.seconds = time.monotonic() - started
     stats.cpu_seconds = time.process_time() - cpu_started
+    mark(("end", time.time()))
     return stats
 
 
