@@ -48,7 +48,7 @@ class _Chunk:
         self.at = at
         self.rows = rows
         self.next = first  # index of the next row to return (= rows already read)
-        self._position = (f"{at.version}|{at.date}|{at.index}|".replace("%", "%%") + "%d").encode()
+        self._position = f"{at.version}|{at.date}|{at.index}|".encode()  # + the row number
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -56,9 +56,9 @@ class _Chunk:
     def records(self, start: int, end: int, store) -> list[Record]:
         if self.at.kind == 0:
             return to_records(self.rows[start:end], [self.at.encode()], store)
-        positions = map(self._position.__mod__, range(start + 1, end + 1))
         if type(self.rows) is CsvColumns:
-            return self.rows.records(positions, store, start, end)
+            return self.rows.numbered_records(self._position, store, start, end)
+        positions = map((self._position.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1))
         return to_records(self.rows[start:end], positions, store)
 
     def commit_ts_at(self, k: int) -> int:

@@ -32,7 +32,8 @@ from cdcflow.params import option_bool as _bool
 from cdcflow.connectors.ticdc.canal_json import _int_text, _str_text, value_formatter, value_parser
 from cdcflow.connectors.ticdc.canal_json import parse_time as _parse_time_in_range
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
-from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, rows_to_records, rows_to_dicts
+from cdcflow.connectors.ticdc.events import (DELETE, INSERT, UPDATE, RowChange, records_plan, rows_to_dicts,
+                                             rows_to_records)
 from cdcflow.errors import ConfigError
 from cdcflow.record import Operation, Record
 from cdcflow.tidb import (
@@ -925,7 +926,7 @@ def _canonical_base64(col: tuple) -> list[bytes]:
 class CsvColumns:
     """One CSV file's rows of one table, column-wise: converted values per table column, the
     operation per row (None: all inserts) and commit ts per row (None: the file has none).
-    The storage source slices it into record batches (``records``)."""
+    The storage source slices it into record batches (``numbered_records``)."""
 
     __slots__ = ("table", "operations", "commit_ts", "columns", "count")
 
@@ -951,6 +952,32 @@ class CsvColumns:
         """Rows ``[start, end)`` as OpenCDC records (``events.rows_to_records``): what
         ``to_records(self.events()[start:end], positions, store)`` returns, without the events."""
         end = self.count if end is None else min(end, self.count)
+        if _kernel is not None:
+            positions = list(_islice(positions, max(end - start, 0)))
+            got = self._kernel_records(positions, store, start, end)
+            if got is not None:
+                return got
+        return self._python_records(positions, store, start, end)
+
+    def numbered_records(self, prefix: bytes, store=None, start: int = 0, end: int | None = None) -> list[Record]:
+        """``records`` with row ``k`` (0-based) at position ``prefix`` + the decimal digits of
+        ``k + 1``: the storage source's positions, built in C with the records."""
+        end = self.count if end is None else min(end, self.count)
+        if _kernel is not None:
+            got = self._kernel_records(prefix, store, start, end)
+            if got is not None:
+                return got
+        positions = map((prefix.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1))
+        return self._python_records(positions, store, start, end)
+
+    def _kernel_records(self, positions: "bytes | list[bytes]", store, start: int, end: int) -> list[Record] | None:
+        """The compiled builder's records (``_csv.c`` ``records``), or None: it handed them back."""
+        if start >= end:
+            return None
+        return _kernel.records(records_plan(self.table, store), positions, self.operations, self.commit_ts,
+                               self.columns, start, end)
+
+    def _python_records(self, positions: Iterable[bytes], store, start: int, end: int) -> list[Record]:
         whole = start == 0 and end == len(self.columns[0]) if self.columns else True
         cols = self.columns if whole else [c[start:end] for c in self.columns]
         ops = self.operations if self.operations is None or whole else self.operations[start:end]

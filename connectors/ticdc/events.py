@@ -199,7 +199,8 @@ def rows_to_records(table: TableSchema, store, positions: Iterable[bytes], opera
     ``operations`` is None when every row is an insert (CREATE), else CREATE/UPDATE/DELETE per
     row (an UPDATE has no old image here); ``commit_ts`` None means 0 for every row. For
     decoders that read a whole table's rows at once (CSV files): one generated comprehension
-    per (table, store) replaces the per-row builder call, event object and key lookups."""
+    per (table, store) replaces the per-row builder call, event object and key lookups. This is
+    the reference of the compiled builder (``_csv.c`` ``records``, plan: ``records_plan``)."""
     all_created, mixed = _columns_builder(table, store)
     ts = _repeat(0) if commit_ts is None else commit_ts
     if operations is None:
@@ -264,6 +265,29 @@ def _columns_builder(table: TableSchema, store, dicts_only: bool = False):
         _COLUMN_BUILDERS.clear()
     _COLUMN_BUILDERS[cache_key] = (table, store, built)
     return built
+
+
+_RECORDS_PLANS: dict[tuple[int, int], tuple] = {}
+
+
+def records_plan(table: TableSchema, store) -> tuple:
+    """The compiled record builder's plan (``_csv.c`` ``records``) for ``rows_to_records`` of
+    ``table``: what the generated comprehension of ``_columns_builder`` puts in each record
+    (Record type, metadata template, column names, the key's column indexes, the two metadata
+    keys it sets per commit ts, the CREATE and DELETE operations), built once per (table, store)."""
+    cache_key = (id(table), id(store))
+    hit = _RECORDS_PLANS.get(cache_key)
+    if hit is not None and hit[0] is table and hit[1] is store:
+        return hit[2]
+    template, key_names = _row_template(table, store)
+    names = tuple(c.name for c in table.columns)
+    index = {n: i for i, n in enumerate(names)}  # a repeated name: the last column, as in the dict display
+    plan = (Record, template, names, tuple(index[n] for n in key_names), META_CREATED_AT, META_COMMIT_TS,
+            Operation.CREATE, Operation.DELETE)
+    if len(_RECORDS_PLANS) > 1024:
+        _RECORDS_PLANS.clear()
+    _RECORDS_PLANS[cache_key] = (table, store, plan)
+    return plan
 
 
 def _metadata_statements(template: dict, namespace: dict, created: str, ts_text: str, indent: str) -> str:

@@ -15,6 +15,9 @@ Ratios are baseline seconds / cdcflow seconds (>= 1.0: cdcflow at least as fast)
 exclude Spark start-up (reported separately).
 
     .venv/bin/python tests/benchmarks/bench_storage.py [--rows 1000000] [--master local[2]] [--no-engine]
+                                                       [--profile]
+
+``--profile`` also prints where the single-process read spends its time (cProfile, by own time).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import decimal
 import io
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -118,6 +122,7 @@ def run(base: str) -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-engine", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="profile the single-process read (cProfile)")
     args = ap.parse_args()
     n = args.rows
     root = _fresh_dir(base, "lake")
@@ -149,17 +154,29 @@ def run(base: str) -> None:
                         a["f"], a["g"].isoformat(), a["h"].isoformat(" "), a["i"]])
     base_write_s = time.perf_counter() - t0
 
-    src = StorageSource()
-    src.configure(validate("storage", SOURCE_PARAMS, settings))
+    def read_all() -> int:
+        src = StorageSource()
+        src.configure(validate("storage", SOURCE_PARAMS, settings))
+        got = 0
+        for part in src.partitions():
+            s = StorageSource()
+            s.configure(validate("storage", SOURCE_PARAMS, settings))
+            s.open(None, part)
+            while batch := s.read(10_000):
+                got += len(batch)
+        return got
+
     t0, c0 = time.perf_counter(), time.process_time()
-    got = 0
-    for part in src.partitions():
-        s = StorageSource()
-        s.configure(validate("storage", SOURCE_PARAMS, settings))
-        s.open(None, part)
-        while batch := s.read(10_000):
-            got += len(batch)
+    got = read_all()
     read_s, read_cpu = time.perf_counter() - t0, time.process_time() - c0
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(read_all)
+        print("single-process read, by own time (cProfile):")
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(12)
     assert got == per_table * TABLES, got
 
     t0 = time.perf_counter()

@@ -44,8 +44,9 @@ def strict(value) -> str:
     """A type-strict rendering: repr tells int from float from bool, Decimal exponents, -0.0,
     str from bytes, date from datetime."""
     if isinstance(value, tcsv.CsvColumns):
-        n = value.count
-        return repr((value.operations, value.commit_ts, [c[:n] for c in value.columns]))
+        # its rows as events: the kernel may read column-wise a file the Python reader reads
+        # row-wise (it sees which field was quoted; Python only that a quoted NULL text occurs)
+        value = value.events()
     if isinstance(value, list) and value and isinstance(value[0], RowChange):
         return repr([(e.table.collection, e.kind, e.commit_ts, e.row, e.old, e.extra) for e in value])
     return repr(value)
