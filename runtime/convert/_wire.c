@@ -198,6 +198,21 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
     return 0;
 }
 
+/* Where ``type`` keeps the six record slots. Records are made (Reader) and read (Writer)
+ * through these offsets, skipping __init__ and attribute lookup: that is safe only for a
+ * class whose instances are exactly the six slots and plain object.__new__. */
+static int record_slots(PyTypeObject *type, Py_ssize_t offsets[N_SLOTS])
+{
+    if (type->tp_dictoffset != 0 || type->tp_new != PyBaseObject_Type.tp_new || !(type->tp_flags & Py_TPFLAGS_HAVE_GC)) {
+        PyErr_Format(PyExc_TypeError, "%s is not a plain __slots__ class", type->tp_name);
+        return -1;
+    }
+    for (int i = 0; i < N_SLOTS; i++)
+        if (slot_offset(type, SLOT_NAMES[i], &offsets[i]) < 0)
+            return -1;
+    return 0;
+}
+
 static int Reader_init(Reader *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"record_type", "operations", "handback", NULL};
@@ -206,15 +221,8 @@ static int Reader_init(Reader *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!:Reader", kwlist, &PyType_Type, &type, &PyTuple_Type,
                                      &operations, &PyTuple_Type, &handback))
         return -1;
-    /* Records are made without calling __init__ (it only stores its arguments): that is safe
-     * only for a class whose instances are exactly the six slots and plain object.__new__. */
-    if (type->tp_dictoffset != 0 || type->tp_new != PyBaseObject_Type.tp_new || !(type->tp_flags & Py_TPFLAGS_HAVE_GC)) {
-        PyErr_Format(PyExc_TypeError, "%s is not a plain __slots__ class", type->tp_name);
+    if (record_slots(type, self->slot_offset) < 0)
         return -1;
-    }
-    for (int i = 0; i < N_SLOTS; i++)
-        if (slot_offset(type, SLOT_NAMES[i], &self->slot_offset[i]) < 0)
-            return -1;
     if (PyTuple_GET_SIZE(operations) == 0 || PyTuple_GET_SIZE(operations) > 0x80) {
         PyErr_SetString(PyExc_ValueError, "operations must hold 1 to 128 members");
         return -1;
@@ -524,6 +532,446 @@ static PyTypeObject ReaderType = {
     .tp_methods = Reader_methods,
 };
 
+/* -- the Writer type: records to batch messages (the host's side) ------------------------
+ *
+ * The inverse of the Reader: records whose data are raw bytes (or absent) and whose
+ * metadata is a dict of str are written as ``to_wire`` writes them, framed straight into
+ * the batch messages, without a bytes object per record. Any other record goes through
+ * Python: ``prepare(record)`` gives what ``to_wire`` would write (structured data encoded
+ * as Avro, schema references in the metadata); when that is still not plain (Struct data,
+ * unusual types), ``serialize(prepared)`` gives the record's bytes or raises Python's error. */
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *record_type;
+    Py_ssize_t slot_offset[N_SLOTS];
+} Writer;
+
+static int Writer_init(Writer *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"record_type", NULL};
+    PyTypeObject *type;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!:Writer", kwlist, &PyType_Type, &type))
+        return -1;
+    if (record_slots(type, self->slot_offset) < 0)
+        return -1;
+    Py_INCREF(type);
+    Py_XSETREF(self->record_type, type);
+    return 0;
+}
+
+static void Writer_dealloc(Writer *self)
+{
+    Py_XDECREF(self->record_type);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t varint_size(uint64_t v)
+{
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static unsigned char *put_varint(unsigned char *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+/* Bytes of a length-delimited field holding ``len`` bytes: tag, length, value. */
+static Py_ssize_t field_size(Py_ssize_t len)
+{
+    return 1 + varint_size((uint64_t)len) + len;
+}
+
+static unsigned char *put_field(unsigned char *p, unsigned char tag, const char *data, Py_ssize_t len)
+{
+    *p++ = tag;
+    p = put_varint(p, (uint64_t)len);
+    memcpy(p, data, (size_t)len);
+    return p + len;
+}
+
+/* The metadata block of the records being written: the last metadata dict seen and its map
+ * entries encoded. Consecutive records of a batch mostly carry the same (or an equal) dict. */
+typedef struct {
+    PyObject *metadata; /* strong: keeps the identity check valid */
+    PyObject *block;    /* bytes */
+} BlockCache;
+
+/* The block for ``metadata`` into *block (borrowed from the cache): 0, 1 when the metadata is
+ * not a dict of exact str (Python writes, or refuses, it), -1 on MemoryError-class failures. */
+static int metadata_block(BlockCache *c, PyObject *metadata, PyObject **block)
+{
+    if (c->metadata != NULL && metadata != c->metadata) {
+        int equal = PyObject_RichCompareBool(metadata, c->metadata, Py_EQ);
+        if (equal < 0)
+            PyErr_Clear(); /* an odd value's __eq__: encode afresh, the value decides below */
+        else if (equal)
+            metadata = c->metadata;
+    }
+    if (metadata == c->metadata) {
+        *block = c->block;
+        return 0;
+    }
+    if (!PyDict_CheckExact(metadata))
+        return 1;
+    Py_ssize_t size = 0, pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(metadata, &pos, &k, &v)) {
+        Py_ssize_t kn, vn;
+        /* only exact str: a subclass may encode itself otherwise; a lone surrogate does not
+         * encode at all (Python raises the UnicodeEncodeError) */
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v) || PyUnicode_AsUTF8AndSize(k, &kn) == NULL ||
+            PyUnicode_AsUTF8AndSize(v, &vn) == NULL) {
+            if (PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+                    return -1;
+                PyErr_Clear();
+            }
+            return 1;
+        }
+        size += field_size(field_size(kn) + field_size(vn));
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
+    if (bytes == NULL)
+        return -1;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(bytes);
+    pos = 0;
+    while (PyDict_Next(metadata, &pos, &k, &v)) {
+        Py_ssize_t kn, vn;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kn); /* cached by the pass above */
+        const char *vs = PyUnicode_AsUTF8AndSize(v, &vn);
+        *p++ = TAG_METADATA;
+        p = put_varint(p, (uint64_t)(field_size(kn) + field_size(vn)));
+        p = put_field(p, 0x0A, ks, kn); /* MapEntry.key = 1 */
+        p = put_field(p, 0x12, vs, vn); /* MapEntry.value = 2 */
+    }
+    Py_INCREF(metadata);
+    Py_XSETREF(c->metadata, metadata);
+    Py_XSETREF(c->block, bytes);
+    *block = bytes;
+    return 0;
+}
+
+/* One record as the writer sees it: plain (its parts, borrowed) or opaque bytes from Python. */
+typedef struct {
+    PyObject *position; /* bytes, NULL when empty */
+    long operation;
+    PyObject *block;    /* bytes */
+    PyObject *part[3];  /* key, before, after: bytes or NULL */
+    Py_ssize_t change;  /* Change message size; -1 without payload */
+    PyObject *opaque;   /* the whole record's bytes when not plain (strong) */
+    PyObject *owner;    /* the prepared tuple the plain parts are borrowed from (strong) */
+    Py_ssize_t size;    /* the record's bytes */
+} Out;
+
+/* Fill ``o`` from a record's six values; 1 when they are not plain, -1 on failure. */
+static int plain_record(PyObject *const values[N_SLOTS], BlockCache *cache, Out *o)
+{
+    PyObject *position = values[SLOT_POSITION];
+    if (position == NULL || (position != Py_None && !PyBytes_CheckExact(position)))
+        return 1;
+    o->position = position != Py_None && PyBytes_GET_SIZE(position) > 0 ? position : NULL;
+    PyObject *op = values[SLOT_OPERATION];
+    if (op == NULL || !PyLong_Check(op))
+        return 1;
+    int overflow;
+    o->operation = PyLong_AsLongAndOverflow(op, &overflow);
+    if (o->operation == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || o->operation < 0) /* negative operation numbers: Python's varint decides */
+        return 1;
+    for (int i = 0; i < 3; i++) {
+        PyObject *v = values[SLOT_KEY + i];
+        if (v == NULL || (v != Py_None && !PyBytes_CheckExact(v)))
+            return 1;
+        o->part[i] = v == Py_None ? NULL : v;
+    }
+    if (values[SLOT_METADATA] == NULL)
+        return 1;
+    int status = metadata_block(cache, values[SLOT_METADATA], &o->block);
+    if (status != 0)
+        return status;
+    Py_ssize_t size = o->position ? field_size(PyBytes_GET_SIZE(o->position)) : 0;
+    if (o->operation)
+        size += 1 + varint_size((uint64_t)o->operation);
+    size += PyBytes_GET_SIZE(o->block);
+    if (o->part[0])
+        size += field_size(field_size(PyBytes_GET_SIZE(o->part[0])));
+    o->change = -1;
+    if (o->part[1] || o->part[2]) {
+        o->change = 0;
+        for (int i = 1; i < 3; i++)
+            if (o->part[i])
+                o->change += field_size(field_size(PyBytes_GET_SIZE(o->part[i])));
+        size += field_size(o->change);
+    }
+    o->size = size;
+    return 0;
+}
+
+/* Python's view of a record the writer cannot take as it is: ``prepare(record)``, then
+ * ``serialize(prepared)`` when that is still not plain. Sets ``o``, plain (its parts borrowed
+ * from ``o->owner``, the prepared tuple) or opaque; -1 with Python's exception. */
+static int python_record(PyObject *record, PyObject *prepare, PyObject *serialize, BlockCache *cache, Out *o)
+{
+    PyObject *prepared = PyObject_CallOneArg(prepare, record);
+    if (prepared == NULL)
+        return -1;
+    if (!PyTuple_CheckExact(prepared) || PyTuple_GET_SIZE(prepared) != N_SLOTS) {
+        Py_DECREF(prepared);
+        PyErr_SetString(PyExc_SystemError, "prepare() must return a 6-tuple");
+        return -1;
+    }
+    int status = plain_record(((PyTupleObject *)prepared)->ob_item, cache, o);
+    if (status == 0) {
+        o->owner = prepared;
+        return 0;
+    }
+    if (status == 1) {
+        o->opaque = PyObject_CallOneArg(serialize, prepared);
+        if (o->opaque != NULL && !PyBytes_CheckExact(o->opaque)) {
+            Py_CLEAR(o->opaque);
+            PyErr_SetString(PyExc_SystemError, "serialize() must return bytes");
+        }
+        status = o->opaque == NULL ? -1 : 0;
+        if (status == 0)
+            o->size = PyBytes_GET_SIZE(o->opaque);
+    }
+    Py_DECREF(prepared);
+    return status;
+}
+
+/* Write record ``o`` (``o->size`` bytes) at ``p``; returns the end. */
+static unsigned char *put_record(unsigned char *p, const Out *o)
+{
+    if (o->opaque != NULL) {
+        memcpy(p, PyBytes_AS_STRING(o->opaque), (size_t)o->size);
+        return p + o->size;
+    }
+    if (o->position)
+        p = put_field(p, TAG_POSITION, PyBytes_AS_STRING(o->position), PyBytes_GET_SIZE(o->position));
+    if (o->operation) {
+        *p++ = TAG_OPERATION;
+        p = put_varint(p, (uint64_t)o->operation);
+    }
+    memcpy(p, PyBytes_AS_STRING(o->block), (size_t)PyBytes_GET_SIZE(o->block));
+    p += PyBytes_GET_SIZE(o->block);
+    if (o->part[0]) { /* key = 4: Data{raw_data = 1} */
+        Py_ssize_t n = PyBytes_GET_SIZE(o->part[0]);
+        *p++ = TAG_KEY;
+        p = put_varint(p, (uint64_t)field_size(n));
+        p = put_field(p, TAG_RAW_DATA, PyBytes_AS_STRING(o->part[0]), n);
+    }
+    if (o->change >= 0) { /* payload = 5: Change{before = 1, after = 2}, each Data{raw_data = 1} */
+        *p++ = TAG_PAYLOAD;
+        p = put_varint(p, (uint64_t)o->change);
+        for (int i = 1; i < 3; i++) {
+            if (!o->part[i])
+                continue;
+            Py_ssize_t n = PyBytes_GET_SIZE(o->part[i]);
+            *p++ = i == 1 ? TAG_BEFORE : TAG_AFTER;
+            p = put_varint(p, (uint64_t)field_size(n));
+            p = put_field(p, TAG_RAW_DATA, PyBytes_AS_STRING(o->part[i]), n);
+        }
+    }
+    return p;
+}
+
+/* The message being filled: a bytes object grown as records come, cut to size when done. */
+typedef struct {
+    PyObject *data;    /* bytes, or NULL before the first record */
+    Py_ssize_t len;    /* bytes written */
+    Py_ssize_t budget; /* framed record sizes (plus overhead each) so far, against the budget */
+    PyObject *indexes; /* list of the records' indexes */
+} Message;
+
+/* Room for ``extra`` more bytes; ``hint`` is the size the whole message will likely reach. */
+static int message_reserve(Message *m, Py_ssize_t extra, Py_ssize_t hint)
+{
+    if (m->data == NULL) {
+        m->data = PyBytes_FromStringAndSize(NULL, extra > hint ? extra : hint);
+        return m->data == NULL ? -1 : 0;
+    }
+    Py_ssize_t cap = PyBytes_GET_SIZE(m->data);
+    if (m->len + extra <= cap)
+        return 0;
+    Py_ssize_t want = cap + cap / 2;
+    if (want < m->len + extra)
+        want = m->len + extra;
+    return _PyBytes_Resize(&m->data, want);
+}
+
+/* Append the finished message (bytes, indexes) to ``out`` and start an empty one. */
+static int message_flush(Message *m, PyObject *out)
+{
+    if (m->data == NULL)
+        return 0;
+    if (_PyBytes_Resize(&m->data, m->len) < 0) {
+        Py_CLEAR(m->indexes);
+        return -1;
+    }
+    PyObject *pair = PyTuple_Pack(2, m->data, m->indexes);
+    Py_CLEAR(m->data);
+    Py_CLEAR(m->indexes);
+    m->len = m->budget = 0;
+    if (pair == NULL)
+        return -1;
+    int status = PyList_Append(out, pair);
+    Py_DECREF(pair);
+    return status;
+}
+
+static void out_release(Out *o)
+{
+    Py_CLEAR(o->opaque);
+    Py_CLEAR(o->owner);
+}
+
+PyDoc_STRVAR(Writer_frame_doc,
+"frame(records, prepare, serialize, budget, frame_overhead, first_index) -> (messages, oversized)\n\n"
+"``records`` (a list) as batch messages: ``[(message bytes, [record index, ...]), ...]`` and\n"
+"``{index: size}`` of the records too big to send. Each record is framed as field 1; a new\n"
+"message starts when the next record's size plus ``frame_overhead`` would take the message's\n"
+"sum past ``budget``; a record over the budget alone is left out. Records not plain (raw\n"
+"bytes or None data, metadata a dict of str) go through ``prepare(record)`` and, when still\n"
+"not plain, ``serialize(prepared)`` -> bytes. Their exceptions propagate.");
+
+static PyObject *Writer_frame(Writer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "frame() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (self->record_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, "Writer was not initialised");
+        return NULL;
+    }
+    PyObject *records = args[0], *prepare = args[1], *serialize = args[2];
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "frame() needs a list of records");
+        return NULL;
+    }
+    Py_ssize_t budget = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t overhead = budget == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[4]);
+    Py_ssize_t first = overhead == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[5]);
+    if (first == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *messages = PyList_New(0), *oversized = PyDict_New();
+    BlockCache cache = {NULL, NULL};
+    Message m = {NULL, 0, 0, NULL};
+    if (messages == NULL || oversized == NULL)
+        goto fail;
+    /* The list may change size while prepare() runs Python code: read its length each time. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(records); i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        Py_INCREF(record);
+        Out o = {0};
+        int status = 1;
+        /* The slot values, held: comparing metadata may run Python code that reassigns slots. */
+        PyObject *held[N_SLOTS] = {NULL};
+        if (Py_IS_TYPE(record, self->record_type)) {
+            for (int k = 0; k < N_SLOTS; k++) {
+                held[k] = *(PyObject **)((char *)record + self->slot_offset[k]);
+                Py_XINCREF(held[k]);
+            }
+            status = plain_record(held, &cache, &o);
+        }
+        if (status == 1)
+            status = python_record(record, prepare, serialize, &cache, &o);
+        if (status < 0) {
+            out_release(&o);
+            for (int k = 0; k < N_SLOTS; k++)
+                Py_XDECREF(held[k]);
+            Py_DECREF(record);
+            goto fail;
+        }
+        PyObject *index = PyLong_FromSsize_t(first + i);
+        Py_ssize_t framed = o.size + overhead;
+        int ok = index != NULL;
+        if (ok && framed > budget) {
+            PyObject *size = PyLong_FromSsize_t(o.size);
+            ok = size != NULL && PyDict_SetItem(oversized, index, size) == 0;
+            Py_XDECREF(size);
+        } else if (ok) {
+            if (m.budget + framed > budget && m.data != NULL)
+                ok = message_flush(&m, messages) == 0;
+            Py_ssize_t need = field_size(o.size);
+            /* hint: this record's size for every record left, within the budget */
+            Py_ssize_t left = PyList_GET_SIZE(records) - i, hint = budget - m.budget;
+            if (left < hint / (need > 0 ? need : 1))
+                hint = need * left;
+            if (ok && m.indexes == NULL)
+                ok = (m.indexes = PyList_New(0)) != NULL;
+            ok = ok && message_reserve(&m, need, hint) == 0 && PyList_Append(m.indexes, index) == 0;
+            if (ok) {
+                unsigned char *start = (unsigned char *)PyBytes_AS_STRING(m.data) + m.len;
+                unsigned char *p = start;
+                *p++ = TAG_RECORDS;
+                p = put_varint(p, (uint64_t)o.size);
+                p = put_record(p, &o);
+                m.len += p - start;
+                m.budget += framed;
+            }
+        }
+        Py_XDECREF(index);
+        out_release(&o);
+        for (int k = 0; k < N_SLOTS; k++)
+            Py_XDECREF(held[k]);
+        Py_DECREF(record);
+        if (!ok)
+            goto fail;
+    }
+    if (message_flush(&m, messages) < 0)
+        goto fail;
+    Py_CLEAR(cache.metadata);
+    Py_CLEAR(cache.block);
+    PyObject *result = PyTuple_Pack(2, messages, oversized);
+    Py_DECREF(messages);
+    Py_DECREF(oversized);
+    return result;
+fail:
+    Py_CLEAR(m.data);
+    Py_CLEAR(m.indexes);
+    Py_CLEAR(cache.metadata);
+    Py_CLEAR(cache.block);
+    Py_XDECREF(messages);
+    Py_XDECREF(oversized);
+    return NULL;
+}
+
+static PyMethodDef Writer_methods[] = {
+    {"frame", (PyCFunction)(void (*)(void))Writer_frame, METH_FASTCALL, Writer_frame_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(Writer_doc,
+"Writer(record_type)\n\n"
+"Writes ``record_type`` objects (the __slots__ class the Reader makes) as batch messages\n"
+"(see frame).");
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdcflow.convert._wire.Writer",
+    .tp_basicsize = sizeof(Writer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = Writer_doc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Writer_init,
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_methods = Writer_methods,
+};
+
+
 static struct PyModuleDef wire_module = {
     PyModuleDef_HEAD_INIT, "_wire", "Batch messages of opencdc.v1.Record read in C (see Reader).", -1, NULL,
 };
@@ -536,12 +984,12 @@ PyMODINIT_FUNC PyInit__wire(void)
     str_payload_mode = PyUnicode_InternFromString("payload_mode");
     if (!str_metadata || !str_refs_metadata || !str_key_mode || !str_payload_mode)
         return NULL;
-    if (PyType_Ready(&ReaderType) < 0)
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&WriterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&wire_module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddType(m, &ReaderType) < 0) {
+    if (PyModule_AddType(m, &ReaderType) < 0 || PyModule_AddType(m, &WriterType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

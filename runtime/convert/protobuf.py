@@ -13,7 +13,8 @@ Reading: ``raw_data`` whose metadata names a schema is decoded back to a dict
 ``structured_data`` becomes a dict via Struct's rules.
 
 The standalone path skips message objects: ``to_wire`` writes each record's
-bytes, ``from_wire`` reads the records of a batch message's bytes (what
+bytes (``wire_messages``, compiled, frames them straight into batch messages),
+``from_wire`` reads the records of a batch message's bytes (what
 ``from_proto`` makes of the parsed message).
 
 A payload with one raw and one structured side cannot share one schema
@@ -99,37 +100,66 @@ def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structu
     entries: dict[tuple[str, str], bytes] = {}
     out = []
     append = out.append
-    last_metadata: dict | None = None
-    block = b""
-    for position, operation, metadata, key, before, after in _prepared(records, store, structured):
-        parts = [b"\x0a", _varint(len(position)), position] if position else []
-        if operation:
-            parts += (b"\x10", _varint(operation))
-        if metadata is not last_metadata and metadata != last_metadata:  # most records of a batch: equal
-            last_metadata = metadata
-            block_parts = []
-            for item in metadata.items():
-                entry = entries.get(item)
-                if entry is None:
-                    entry = entries[item] = _map_entry(*item)
-                block_parts.append(entry)
-            block = b"".join(block_parts)
-        parts.append(block)
-        if key is not None:
-            data = _data_wire(key)
-            parts += (b"\x22", _varint(len(data)), data)
-        if before is not None or after is not None:
-            change = []
-            if before is not None:
-                data = _data_wire(before)
-                change += (b"\x0a", _varint(len(data)), data)
-            if after is not None:
-                data = _data_wire(after)
-                change += (b"\x12", _varint(len(data)), data)
-            change_bytes = b"".join(change)
-            parts += (b"\x2a", _varint(len(change_bytes)), change_bytes)
-        append(b"".join(parts))
+    last: list = [_NO_METADATA, b""]  # the last metadata dict and its block of map entries
+    for prepared in _prepared(records, store, structured):
+        append(_record_wire(prepared, entries, last))
     return out
+
+
+def _record_wire(prepared: tuple, entries: dict[tuple[str, str], bytes], last: list) -> bytes:
+    """One prepared record's bytes; ``entries`` and ``last`` carry encoded metadata across records."""
+    position, operation, metadata, key, before, after = prepared
+    parts = [b"\x0a", _varint(len(position)), position] if position else []
+    if operation:
+        parts += (b"\x10", _varint(operation))
+    if metadata is not last[0] and metadata != last[0]:  # most records of a batch: equal
+        block_parts = []
+        for item in metadata.items():
+            entry = entries.get(item)
+            if entry is None:
+                entry = entries[item] = _map_entry(*item)
+            block_parts.append(entry)
+        last[:] = metadata, b"".join(block_parts)
+    parts.append(last[1])
+    if key is not None:
+        data = _data_wire(key)
+        parts += (b"\x22", _varint(len(data)), data)
+    if before is not None or after is not None:
+        change = []
+        if before is not None:
+            data = _data_wire(before)
+            change += (b"\x0a", _varint(len(data)), data)
+        if after is not None:
+            data = _data_wire(after)
+            change += (b"\x12", _varint(len(data)), data)
+        change_bytes = b"".join(change)
+        parts += (b"\x2a", _varint(len(change_bytes)), change_bytes)
+    return b"".join(parts)
+
+
+def wire_messages(
+    records: Iterable[Record], store: SchemaStore | None, structured: str, budget: int, frame_overhead: int,
+    first_index: int = 0,
+) -> tuple[list[tuple[bytes, list[int]]], dict[int, int]] | None:
+    """Records straight to batch messages by the kernel, or None without it (then ``to_wire``).
+
+    The message bytes are the records of ``to_wire`` each framed as field 1, a new message
+    whenever the next record's size plus ``frame_overhead`` would take it past ``budget``;
+    a record that alone would is left out and named in the second result by its index
+    (from ``first_index``) and size. What frames a message is ``cdcflow.standalone.framing``'s.
+    """
+    if _writer is None:
+        return None
+    records = records if isinstance(records, list) else list(records)
+    return _writer.frame(records, _Preparer(store, structured), _serialize_one, budget, frame_overhead, first_index)
+
+
+def _serialize_one(prepared: tuple) -> bytes:
+    """A record the kernel does not write itself (Struct data, unusual types): Python's bytes or error."""
+    return _record_wire(prepared, {}, [_NO_METADATA, b""])
+
+
+_NO_METADATA = object()  # no metadata encoded yet: the first record's is, whatever it is
 
 
 def _map_entry(key: str, value: str) -> bytes:
@@ -147,46 +177,61 @@ def _data_wire(value: bytes | struct_pb2.Struct) -> bytes:
 
 def _prepared(records: Iterable[Record], store: SchemaStore | None, structured: str):
     """Per record: (position, operation, metadata, key, before, after), each data side None, the
-    bytes for ``raw_data`` or a Struct for ``structured_data``; metadata with the schema references.
+    bytes for ``raw_data`` or a Struct for ``structured_data``; metadata with the schema references."""
+    prepare = _Preparer(store, structured)
+    for r in records:
+        yield prepare(r)
+
+
+class _Preparer:
+    """Prepares the records of one batch one by one (see ``_prepared``).
 
     Records of a batch mostly look alike: a structured record with the same metadata and the
     same data shape as the one before tries the schemas that one got first, which is the choice
     ``SchemaRefs.attach`` makes too (a named schema that fit is tried first again; a derived one
     is the default subject's most recent). Such records share one metadata dict (read only).
+    The write kernel calls it for the records it does not write as they are (structured data).
     """
-    if structured not in (_AVRO, _STRUCT):
-        raise ValueError(f"structured must be 'avro' or 'struct', not {structured!r}")
-    as_struct = structured == _STRUCT
-    refs: SchemaRefs | None = None
-    last: _LastChoice | None = None
-    for r in records:
+
+    __slots__ = ("store", "as_struct", "refs", "last")
+
+    def __init__(self, store: SchemaStore | None, structured: str):
+        if structured not in (_AVRO, _STRUCT):
+            raise ValueError(f"structured must be 'avro' or 'struct', not {structured!r}")
+        self.store = store
+        self.as_struct = structured == _STRUCT
+        self.refs: SchemaRefs | None = None
+        self.last: _LastChoice | None = None
+
+    def __call__(self, r: Record) -> tuple:
         key, before, after = r.key, r.before, r.after
-        if type(key) is dict or type(before) is dict or type(after) is dict:
-            if as_struct:
-                yield _structured(r, None, True)[0]
-                continue
-            if last is not None and r.metadata == last.metadata:
-                same = last.again(r)
-                if same is not None:
-                    yield same
-                    continue
-            if refs is None:
-                refs = refs_for(store)
-            prepared, last = _structured(r, refs, False)
-            yield prepared
-        else:
-            yield r.position, r.operation, r.metadata, key, before, after
+        if not (type(key) is dict or type(before) is dict or type(after) is dict):
+            return r.position, r.operation, r.metadata, key, before, after
+        if self.as_struct:
+            return _structured(r, None, True)[0]
+        last = self.last
+        if last is not None and r.metadata == last.metadata:
+            same = last.again(r)
+            if same is not None:
+                return same
+        if self.refs is None:
+            self.refs = refs_for(self.store)
+        prepared, self.last = _structured(r, self.refs, False)
+        return prepared
 
 
 class _LastChoice:
     """The schemas a structured record got, to try first on the next record (see ``_prepared``)."""
 
-    __slots__ = ("metadata", "types", "key_codec", "payload_codec", "out_metadata")
+    __slots__ = ("metadata", "types", "encode_key", "encode_payload", "out_metadata")
 
     def __init__(self, r: Record, key_codec: Codec | None, payload_codec: Codec | None, out_metadata: dict):
         self.metadata = dict(r.metadata)
         self.types = (type(r.key), type(r.before), type(r.after))
-        self.key_codec, self.payload_codec, self.out_metadata = key_codec, payload_codec, out_metadata
+        # the codecs' encoders: the Avro kernel's compiled plans where they cover the schema
+        self.encode_key = key_codec.encoder() if key_codec is not None else None
+        self.encode_payload = payload_codec.encoder() if payload_codec is not None else None
+        self.out_metadata = out_metadata
 
     def again(self, r: Record) -> tuple | None:
         """``r`` prepared with the same schemas, or None when its data does not fit them."""
@@ -194,14 +239,14 @@ class _LastChoice:
         if (type(key), type(before), type(after)) != self.types:
             return None
         try:
-            if self.key_codec is not None:
-                key = self.key_codec.encode(key)
-            codec = self.payload_codec
-            if codec is not None:
+            if self.encode_key is not None:
+                key = self.encode_key(key)
+            encode = self.encode_payload
+            if encode is not None:
                 if before is not None:
-                    before = codec.encode(before)
+                    before = encode(before)
                 if after is not None:
-                    after = codec.encode(after)
+                    after = encode(after)
         except ConversionError:
             return None  # the full choice below says what fits, or why nothing does
         return r.position, r.operation, self.out_metadata, key, before, after
@@ -448,6 +493,8 @@ _kernel = accel.load("cdcflow.convert._wire")
 #: exceptions that make the kernel hand a record back (what ``_from_wire_python`` catches per record)
 _HAND_BACK = (IndexError, ValueError, ConversionError, SchemaError)
 _reader = _kernel.Reader(Record, _OPERATIONS, _HAND_BACK) if _kernel is not None else None
+#: the compiled writer (``wire_messages``): plain records as they are, the rest through ``_Preparer``
+_writer = _kernel.Writer(Record) if _kernel is not None else None
 
 
 def _from_wire_kernel(

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from ..convert.protobuf import to_wire, wire_messages
+from ..record import Record
+from ..schemas import SchemaStore
 from ..varint import uvarint as _varint
 
 _FIELD1 = b"\x0a"  # field 1, length-delimited
@@ -51,6 +54,21 @@ def frame_batches(
     if parts:
         messages.append((b"".join(parts), indexes))
     return messages, oversized
+
+
+def frame_records(
+    records: Sequence[Record], store: SchemaStore | None, structured: str, limit: int, first_index: int = 0
+) -> tuple[list[tuple[bytes, list[int]]], dict[int, str]]:
+    """``frame_batches(to_wire(records, store, structured), limit, first_index)``.
+
+    The compiled writer frames the records straight into the messages (no bytes object
+    per record, no second copy); without it, Python serializes, then frames.
+    """
+    framed = wire_messages(records, store, structured, limit - _HEADROOM, _FRAME, first_index)
+    if framed is None:
+        return frame_batches(to_wire(records, store, structured), limit, first_index)
+    messages, sizes = framed
+    return messages, {i: too_big(size, limit) for i, size in sizes.items()}
 
 
 def _ack_head(n: int) -> bytes:

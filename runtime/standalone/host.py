@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import grpc
 
-from ..convert.protobuf import from_proto, from_wire, to_wire
+from ..convert.protobuf import from_proto, from_wire
 from ..errors import PluginCrashedError
 from ..params import Parameter
 from ..pb.connector.v2 import destination_pb2, source_pb2, specifier_pb2
@@ -29,7 +29,7 @@ from ..pb.transform.v1 import transform_pb2
 from ..record import Record
 from ..schemas import SchemaStore, default_store
 from ..sdk import FILTERED, Destination, Failed, Result, Source, Transform
-from .framing import encode_acks, frame_batches
+from .framing import encode_acks, frame_records
 from .process import HostOptions, PluginCallError, PluginProcess
 from .schema_service import host_services
 from .spec import CONNECTOR, TRANSFORM, PluginSpec, params_from_proto, settings_to_wire
@@ -375,8 +375,7 @@ class StandaloneDestination(_PluginClient, Destination):
         # while the host converts the next. The first slice is short, so the
         # plugin starts early instead of idling while the host converts.
         for start, stop in _slices(len(records)):
-            wire = to_wire(records[start:stop], store, structured=mode)
-            messages, oversized = frame_batches(wire, limit, start)
+            messages, oversized = frame_records(records[start:stop], store, mode, limit, start)
             for i, err in oversized.items():
                 results[i] = err
                 failed = True
@@ -457,8 +456,7 @@ class StandaloneTransform(_PluginClient, Transform):
         if not records:
             return []
         store = self.store
-        messages, oversized = frame_batches(
-            to_wire(records, store, structured=self._structured()), self.options.max_record_size)
+        messages, oversized = frame_records(records, store, self._structured(), self.options.max_record_size)
         for data, _ in messages:
             self._requests.put(data)
         results: list[Any] = [None] * len(records)
