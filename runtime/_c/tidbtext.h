@@ -610,4 +610,227 @@ static int tt_text_of(tt_buf *b, int kind, PyObject *v, int param)
     }
 }
 
+/* ------------------------------------------------------------------ added for the JSON-form kernel
+ *
+ *   int  tt_buf_put_b64(tt_buf *, const unsigned char *, Py_ssize_t n)  standard base64, padded
+ *        (binascii.b2a_base64(data, newline=False)); no quotes
+ *   (tt_json_utf8_orjson / tt_json_str_orjson below)
+ */
+
+static const char tt_b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Two letters per 12 bits: filled on first use (idempotent, under the GIL), read-only after. */
+static unsigned short tt_b64_pairs[4096];
+static int tt_b64_pairs_ready = 0;
+
+static void tt_b64_fill_pairs(void)
+{
+    for (unsigned v = 0; v < 4096; v++) {
+        char two[2] = {tt_b64_alphabet[v >> 6], tt_b64_alphabet[v & 63]};
+        memcpy(&tt_b64_pairs[v], two, 2);
+    }
+    tt_b64_pairs_ready = 1;
+}
+
+/* 3 input bytes -> 4 letters (two table reads of 12 bits each); the tail (1 or 2 bytes)
+ * padded with '='. The room is reserved once, so the loop stores without bounds checks. */
+static int tt_buf_put_b64(tt_buf *b, const unsigned char *s, Py_ssize_t n)
+{
+    if (n > (PY_SSIZE_T_MAX / 4) * 3 - 3) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!tt_b64_pairs_ready)
+        tt_b64_fill_pairs();
+    Py_ssize_t out_len = ((n + 2) / 3) * 4;
+    if (tt_buf_reserve(b, out_len) < 0)
+        return -1;
+    char *o = b->data + b->len;
+    Py_ssize_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        unsigned v = ((unsigned)s[i] << 16) | ((unsigned)s[i + 1] << 8) | s[i + 2];
+        memcpy(o, &tt_b64_pairs[v >> 12], 2);
+        memcpy(o + 2, &tt_b64_pairs[v & 4095], 2);
+        o += 4;
+    }
+    if (i < n) {
+        unsigned v = (unsigned)s[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)s[i + 1] << 8;
+        o[0] = tt_b64_alphabet[v >> 18];
+        o[1] = tt_b64_alphabet[(v >> 12) & 63];
+        o[2] = i + 1 < n ? tt_b64_alphabet[(v >> 6) & 63] : '=';
+        o[3] = '=';
+    }
+    b->len += out_len;
+    return 0;
+}
+
+/*   int  tt_json_utf8_orjson(tt_buf *, const char *utf8, Py_ssize_t n)   tt_json_utf8(..., TT_JSON_ORJSON),
+ *        scanning eight bytes at a time for the bytes orjson escapes (controls, '"', '\\')
+ *   int  tt_json_str_orjson(tt_buf *, PyObject *str)                       tt_json_str's contract,
+ *        non-ASCII text encoded straight from the str (no UTF-8 copy cached in it) */
+
+#define TT_ONES 0x0101010101010101ULL
+#define TT_HIGHS 0x8080808080808080ULL
+
+/* Does any byte of w need an escape in orjson's style: < 0x20, '"' or '\\'? (Exact: the
+ * has-less-than and has-zero-byte tests have no false positives as a whole-word answer.) */
+static inline int tt_word_needs_escape(unsigned long long w)
+{
+    unsigned long long control = (w - TT_ONES * 0x20) & ~w;
+    unsigned long long q = w ^ (TT_ONES * '"'), bs = w ^ (TT_ONES * '\\');
+    unsigned long long quote = (q - TT_ONES) & ~q, backslash = (bs - TT_ONES) & ~bs;
+    return ((control | quote | backslash) & TT_HIGHS) != 0;
+}
+
+/* Per byte, what orjson writes for it (padded to 8 bytes) and its length; filled on first use
+ * (idempotent, under the GIL), read-only after. */
+static char tt_json_esc_text[256][8];
+static unsigned char tt_json_esc_len[256];
+static int tt_json_esc_ready = 0;
+
+static void tt_json_esc_fill(void)
+{
+    for (int c = 0; c < 256; c++) {
+        unsigned char cls = tt_json_class[c];
+        char *t = tt_json_esc_text[c];
+        memset(t, 0, 8);
+        if (cls == 0 || cls == 'g') {
+            t[0] = (char)c;
+            tt_json_esc_len[c] = 1;
+        } else if (cls == 'u') {
+            memcpy(t, "\\u00", 4);
+            t[4] = tt_hex[c >> 4];
+            t[5] = tt_hex[c & 15];
+            tt_json_esc_len[c] = 6;
+        } else { /* orjson's short escapes: \" \\ \n \r \t \b \f */
+            t[0] = '\\';
+            t[1] = (char)cls;
+            tt_json_esc_len[c] = 2;
+        }
+    }
+    tt_json_esc_ready = 1;
+}
+
+static int tt_json_utf8_orjson(tt_buf *b, const char *utf8, Py_ssize_t n)
+{
+    const unsigned char *s = (const unsigned char *)utf8;
+    /* room for the worst case (every byte \u00xx) once, then plain stores: escape-heavy text
+     * (CSV-like values full of \n, \t, quotes) costs no call per escape */
+    if (n > (PY_SSIZE_T_MAX - 16) / 6) {
+        PyErr_NoMemory();
+        return TT_ERR;
+    }
+    if (!tt_json_esc_ready)
+        tt_json_esc_fill();
+    if (tt_buf_reserve(b, 6 * n + 10) < 0) /* + 8: the last 8-byte store of an escape */
+        return TT_ERR;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            unsigned long long w;
+            memcpy(&w, s + i, 8);
+            if (!tt_word_needs_escape(w)) {
+                memcpy(o, &w, 8);
+                o += 8;
+                i += 8;
+                continue;
+            }
+        }
+        /* this word (or the tail) holds an escape: byte by byte up to its end, each byte's
+         * output (itself, \x or \u00xx) stored as 8 bytes and the length advanced: no branch */
+        Py_ssize_t end = i + 8 < n ? i + 8 : n;
+        for (; i < end; i++) {
+            unsigned char c = s[i];
+            memcpy(o, tt_json_esc_text[c], 8);
+            o += tt_json_esc_len[c];
+        }
+    }
+    *o++ = '"';
+    b->len = o - b->data;
+    return TT_OK;
+}
+
+/* One code point as orjson writes it; 0, or -1 for a lone surrogate. */
+static inline int tt_put_code_point(char **out, Py_UCS4 c)
+{
+    char *o = *out;
+    if (c < 0x80) {
+        memcpy(o, tt_json_esc_text[c], 8);
+        o += tt_json_esc_len[c];
+    } else if (c < 0x800) {
+        o[0] = (char)(0xC0 | (c >> 6));
+        o[1] = (char)(0x80 | (c & 0x3F));
+        o += 2;
+    } else if (c < 0x10000) {
+        if (c >= 0xD800 && c <= 0xDFFF)
+            return -1;
+        o[0] = (char)(0xE0 | (c >> 12));
+        o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (c & 0x3F));
+        o += 3;
+    } else {
+        o[0] = (char)(0xF0 | (c >> 18));
+        o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+        o[3] = (char)(0x80 | (c & 0x3F));
+        o += 4;
+    }
+    *out = o;
+    return 0;
+}
+
+/* The loop once per storage width, so the width is not tested per code point. */
+#define TT_UCS_LOOP(type)                                                                          \
+    do {                                                                                           \
+        const type *u = (const type *)data;                                                        \
+        for (Py_ssize_t i = 0; i < n; i++)                                                         \
+            if (tt_put_code_point(&o, u[i]) < 0) {                                                 \
+                b->len = start;                                                                    \
+                return TT_PASS;                                                                    \
+            }                                                                                      \
+    } while (0)
+
+/* Code points of a non-ASCII str (1, 2 or 4 bytes each) as an escaped JSON string in UTF-8,
+ * straight from the str's own storage: PyUnicode_AsUTF8 would allocate and keep a UTF-8 copy in
+ * every fresh str. TT_PASS (nothing written) for a lone surrogate, which has no UTF-8. */
+static int tt_json_ucs_orjson(tt_buf *b, int kind, const void *data, Py_ssize_t n)
+{
+    if (n > (PY_SSIZE_T_MAX - 16) / 6) {
+        PyErr_NoMemory();
+        return TT_ERR;
+    }
+    if (!tt_json_esc_ready)
+        tt_json_esc_fill();
+    if (tt_buf_reserve(b, 6 * n + 10) < 0) /* 6: the widest output of one code point (\u00xx) */
+        return TT_ERR;
+    Py_ssize_t start = b->len;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    if (kind == PyUnicode_1BYTE_KIND)
+        TT_UCS_LOOP(Py_UCS1);
+    else if (kind == PyUnicode_2BYTE_KIND)
+        TT_UCS_LOOP(Py_UCS2);
+    else
+        TT_UCS_LOOP(Py_UCS4);
+    *o++ = '"';
+    b->len = o - b->data;
+    return TT_OK;
+}
+
+#undef TT_UCS_LOOP
+
+/* tt_json_str's contract (TT_PASS: not an exact str, or a lone surrogate) in orjson's style. */
+static int tt_json_str_orjson(tt_buf *b, PyObject *v)
+{
+    if (!PyUnicode_CheckExact(v))
+        return TT_PASS;
+    if (PyUnicode_IS_ASCII(v))
+        return tt_json_utf8_orjson(b, (const char *)PyUnicode_DATA(v), PyUnicode_GET_LENGTH(v));
+    return tt_json_ucs_orjson(b, PyUnicode_KIND(v), PyUnicode_DATA(v), PyUnicode_GET_LENGTH(v));
+}
+
 #endif /* CDCFLOW_TIDBTEXT_H */

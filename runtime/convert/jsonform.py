@@ -21,6 +21,9 @@ value against the schema and builds its JSON form in one pass, and one
 generated reader checks and restores it (``cdcflow.avro_codegen.Generator``
 supplies the machinery and the strict checks the Avro encoder uses). A record
 whose metadata names a schema its values fit keeps its metadata dict as is.
+With the compiled kernel (``runtime/convert/_jsonform.c``) a whole batch is written
+in C from a per-schema plan; Python still picks each part's schema, and writes
+(with the code below) every record the kernel is not sure of.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from .. import accel
 from ..avro_codegen import Generator
 from ..avro_values import Codec, INT64_MIN
 from ..errors import ConversionError, SchemaError
+from ..record import META_COLLECTION as _COLLECTION
 from ..record import META_KEY_SCHEMA_SUBJECT as _KEY_SUBJECT
 from ..record import META_KEY_SCHEMA_VERSION as _KEY_VERSION
 from ..record import META_PAYLOAD_SCHEMA_SUBJECT as _PAYLOAD_SUBJECT
@@ -68,6 +73,9 @@ from .textforms import (
     time_text,
     unb64,
 )
+
+#: the compiled writer (runtime/convert/_jsonform.c), or None: the Python path below writes every line
+_kernel = accel.load("cdcflow.convert._jsonform")
 
 UINT64_MAX = (1 << 64) - 1
 _NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -659,12 +667,13 @@ def _checked_by_type(node: Any, known: str) -> bool:
 class _JsonCode:
     """The generated writer and reader of one schema."""
 
-    __slots__ = ("codec", "write_fast", "read_fast")
+    __slots__ = ("codec", "write_fast", "read_fast", "plan")
 
     def __init__(self, codec: Codec):
         self.codec = codec
         self.write_fast: Callable[[Any], Any] = _WriterGen().build(codec.root)
         self.read_fast: Callable[[Any], Any] = _ReaderGen().build(codec.root)
+        self.plan: Any = _MISS  # the kernel's plan, built on first use (None: no plan)
 
     def write(self, value: Any) -> Any:
         """The JSON form of ``value``; the reference check's ConversionError (path, value) if it does not fit."""
@@ -724,11 +733,12 @@ class _Writer:
     keeps its metadata dict; the writer of each named (subject, version) is looked up once per
     batch (and the last one per part remembered: a batch is mostly one table)."""
 
-    __slots__ = ("refs", "_named", "_last", "_derived")
+    __slots__ = ("refs", "_named", "_last", "_derived", "_plans")
 
     def __init__(self, refs: SchemaRefs):
         self.refs = refs
         self._named: dict[tuple[str | None, str | None], Callable | None] = {}
+        self._plans: dict[tuple[str, str], Any] = {}  # (subject, version) -> kernel plan or None
         self._last = {KEY: (None, None, None), PAYLOAD: (None, None, None)}  # part -> (subject, version, writer)
         self._derived = {KEY: (None, None), PAYLOAD: (None, None)}  # part -> (codec, its writer)
 
@@ -843,6 +853,39 @@ class _Writer:
             "payload": {"before": before_j, "after": after_j},
         }
 
+    def line(self, r: Record) -> bytes:
+        """The record's line, newline included (the kernel's handback)."""
+        return orjson.dumps(self.obj(r), option=_APPEND_NEWLINE)
+
+    def resolve(self, part_index: int, metadata: dict, subject: Any, version: Any) -> tuple | None:
+        """For the kernel: (plan, derived reference as JSON object entries or None) of the schema
+        ``obj`` would write key (0) or payload (1) with when its values fit, or None when ``obj``
+        has to decide (no schema yet, an unknown one, no plan). The same choice as ``obj``: the
+        named schema; with no reference at all, the derived one ``_derived_fit`` tries."""
+        part = PAYLOAD if part_index else KEY
+        if subject is None and version is None:
+            first = self.refs.first_derived(metadata, part)
+            if first is None:
+                return None
+            codec, subject, version = first
+            plan = _plan_of(codec)
+            if plan is None:
+                return None
+            subject_key, version_key = META_KEYS[part]
+            return plan, orjson.dumps({subject_key: subject, version_key: version})[1:-1]
+        if type(subject) is not str or type(version) is not str:
+            return None  # metadata that is not str -> str: the record goes to obj anyway
+        plan = self._plans.get((subject, version), _MISS)
+        if plan is _MISS:
+            plan = None
+            if subject and version:
+                try:
+                    plan = _plan_of(self.refs.codec(subject, version))
+                except SchemaError:
+                    pass  # obj's attach derives a schema (or says why not)
+            self._plans[(subject, version)] = plan
+        return None if plan is None else (plan, None)
+
     def _attach(self, metadata: dict, part: str, values: list, derived: list, position: bytes,
                 named_failed: bool) -> list:
         """Pick the schema (``SchemaRefs.attach``) and write the values with it; sets the reference."""
@@ -891,8 +934,14 @@ def _plain_data(value: Any, path: str) -> Any:
     return b64(value)
 
 
+def _plain_line(r: Record) -> bytes:
+    return orjson.dumps(_plain_obj(r), option=_APPEND_NEWLINE)
+
+
 def dumps_record(record: Record, store: SchemaStore | None = None) -> bytes:
     """One record as one JSON line (without the newline)."""
+    if _kernel is not None:
+        return _kernel_lines([record], store)[:-1]
     if store is None:
         return orjson.dumps(_plain_obj(record))
     return orjson.dumps(_Writer(refs_for(store)).obj(record))
@@ -900,9 +949,11 @@ def dumps_record(record: Record, store: SchemaStore | None = None) -> bytes:
 
 def dumps_lines(records: Iterable[Record], store: SchemaStore | None = None) -> bytes:
     """Records as JSON lines, each ending in a newline. Without a store no schema is attached."""
-    obj = _plain_obj if store is None else _Writer(refs_for(store)).obj
-    if not isinstance(records, (list, tuple)):
+    if type(records) is not list and type(records) is not tuple:
         records = list(records)
+    if _kernel is not None:
+        return _kernel_lines(records, store)
+    obj = _plain_obj if store is None else _Writer(refs_for(store)).obj
     dumps, newline, chunk = orjson.dumps, _APPEND_NEWLINE, _CHUNK
     # One orjson call per record, joined per chunk: the lines of a chunk are freed before the
     # next is written, so their memory is reused rather than the whole batch's held twice.
@@ -910,8 +961,111 @@ def dumps_lines(records: Iterable[Record], store: SchemaStore | None = None) -> 
                      for i in range(0, len(records), chunk)])
 
 
+def dumps_each(records: Iterable[Record], store: SchemaStore | None = None) -> list[bytes]:
+    """One JSON line per record (no newline), written as one batch: ``dumps_record`` for each,
+    without its per-call cost (for destinations that send records one by one, e.g. Kafka)."""
+    return dumps_lines(records, store).split(b"\n")[:-1]  # JSON text escapes every newline
+
+
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
 _CHUNK = 64  # records per joined chunk (measured on 1 KB records: 16-1024 cost the same)
+
+
+# ---------------------------------------------------------------------------
+# The compiled writer (runtime/convert/_jsonform.c)
+# ---------------------------------------------------------------------------
+# What the kernel reads records with: the Record type (its slots), the operations and their JSON,
+# the metadata keys of the schema references, the derived mark and the collection.
+_KERNEL_CONFIG: Any = None
+if _kernel is not None:
+    try:
+        _KERNEL_CONFIG = _kernel.Config((
+            Record, tuple(Operation), tuple(orjson.dumps(op.text) for op in Operation),
+            _KEY_SUBJECT, _KEY_VERSION, _PAYLOAD_SUBJECT, _PAYLOAD_VERSION, META_SCHEMA_DERIVED, _COLLECTION,
+        ))
+    except TypeError:  # a Record without the slot layout the kernel reads: the Python path writes
+        _kernel = None
+
+
+def _kernel_lines(records: list | tuple, store: SchemaStore | None) -> bytes:
+    """The kernel's lines of the batch; it hands a record it is not sure of back to the Python
+    writer (its line goes in the same place)."""
+    if store is None:
+        return _kernel.dumps(records, _KERNEL_CONFIG, None, _plain_line)
+    writer = _Writer(refs_for(store))
+    return _kernel.dumps(records, _KERNEL_CONFIG, writer.resolve, writer.line)
+
+
+def _plan_of(codec: Codec) -> Any:
+    """The kernel's plan of the codec's schema (cached with its generated writer); None if none."""
+    code = _code(codec)
+    plan = code.plan
+    if plan is _MISS:
+        try:
+            plan = _kernel_plan(codec.root)
+        except (ValueError, TypeError, OverflowError):  # a schema the plan cannot hold: Python writes
+            plan = None
+        code.plan = plan
+    return plan
+
+
+def _kernel_plan(root: Any) -> Any:
+    """The writer plan of the node tree under ``root``: flat tuple entries, children as indexes
+    (a recursive record is plain data). Each entry takes exactly the values the generated writer
+    (``_WriterGen``) takes, and a union tests its branches in the generated writer's order."""
+    k = _kernel
+    simple = {
+        "null": k.K_NULL, "boolean": k.K_BOOLEAN, "int": k.K_INT, "long": k.K_LONG, "double": k.K_DOUBLE,
+        "bytes": k.K_BYTES, "string": k.K_STRING, "decimal_text": k.K_DECIMAL_TEXT, "date": k.K_DATE,
+        "datetime": k.K_DATETIME, "time": k.K_TIME, "foreign": k.K_FOREIGN,
+    }
+    entries: list[tuple] = []
+    index: dict[int, int] = {}
+
+    def visit(node: Any) -> int:
+        at = index.get(id(node))
+        if at is None:
+            at = index[id(node)] = len(entries)
+            entries.append(())  # reserved first: a recursive record refers to its own index
+            entries[at] = entry(node)
+        return at
+
+    def entry(node: Any) -> tuple:
+        kind = node.kind
+        if kind in simple:
+            return (simple[kind],)
+        if kind == "bigint":
+            precision = int(node.avro.get("precision") or 0)
+            return (k.K_BIGINT, max(precision, 0), 10 ** precision if precision > 0 else None)
+        if kind == "decimal":
+            return (k.K_DECIMAL, int(node.avro["precision"]), int(node.avro.get("scale", 0)))
+        if kind == "enum":
+            return (k.K_ENUM, frozenset(node.avro["symbols"]))
+        if kind == "fixed":
+            return (k.K_FIXED, int(node.avro["size"]))
+        if kind == "record":
+            names = tuple(orig for orig, _, _ in node.fields)
+            if any(type(name) is not str for name in names):
+                return (k.K_PASS,)
+            return (k.K_RECORD, names, tuple(orjson.dumps(name) + b":" for name in names),
+                    tuple(visit(f) for _, _, f in node.fields))
+        if kind == "array":
+            return (k.K_ARRAY, visit(node.items))
+        if kind == "map":
+            return (k.K_MAP, visit(node.values))
+        if kind == "union":
+            scalars, containers, catch_all = Generator.union_branches(node, foreign_ok=True)
+            if catch_all is not None:  # rare: Python writes it
+                return (k.K_PASS,)
+            ordered = [b for _, b in scalars + containers]
+            labels = None
+            if _ambiguous(node.branches):
+                labels = tuple(b"" if b.kind == "null" else b"{" + orjson.dumps(b.branch) + b":" for b in ordered)
+            return (k.K_UNION, tuple(visit(b) for b in ordered), labels)
+        return (k.K_PASS,)  # Avro float (float32 exactness) and kinds the kernel does not know
+
+    root_index = visit(root)
+    return k.Plan(tuple(entries), root_index)
 
 
 # ---------------------------------------------------------------------------
