@@ -914,6 +914,28 @@ def _decimal_convert(precision: int, scale: int) -> tuple[Callable[[bytes], Deci
     return convert, fast
 
 
+def flat_plan(root: Any, entry: Callable[[Any, Callable[[Any], int]], tuple]) -> tuple[tuple, int]:
+    """A kernel plan's node table: ``entry(node, visit)`` for every node under ``root``, children
+    referred to by the index ``visit(child)`` returns, and the root's index.
+
+    Why flat: a recursive record becomes plain data (no reference cycle through the kernel
+    object), and every kernel (Avro decode and encode, the JSON form) reads the same shape.
+    """
+    entries: list[tuple] = []
+    index: dict[int, int] = {}
+
+    def visit(node: Any) -> int:
+        at = index.get(id(node))
+        if at is None:
+            at = index[id(node)] = len(entries)
+            entries.append(())  # reserved first: a recursive record refers to its own index
+            entries[at] = entry(node, visit)
+        return at
+
+    root_index = visit(root)
+    return tuple(entries), root_index
+
+
 def _decode_plan(kernel: Any, root: _Node, fallback: Callable[[bytes], Any]) -> Callable[[bytes], Any] | bool:
     """The kernel's plan for the tree under ``root`` (False when a kind is not covered): calling
     it decodes, with ``fallback`` deciding whatever the kernel hands back.
@@ -927,18 +949,8 @@ def _decode_plan(kernel: Any, root: _Node, fallback: Callable[[bytes], Any]) -> 
         "double": k.K_DOUBLE, "bytes": k.K_BYTES, "string": k.K_STRING, "bigint": k.K_BIGINT,
         "date": k.K_DATE, "datetime": k.K_DATETIME, "time": k.K_TIME,
     }
-    entries: list[tuple] = []
-    index: dict[int, int] = {}
 
-    def visit(node: _Node) -> int:
-        at = index.get(id(node))
-        if at is None:
-            at = index[id(node)] = len(entries)
-            entries.append(())  # reserved first: a recursive record refers to its own index
-            entries[at] = entry(node)
-        return at
-
-    def entry(node: _Node) -> tuple:
+    def entry(node: _Node, visit: Callable[[_Node], int]) -> tuple:
         kind = node.kind
         if kind in simple:
             return (simple[kind],)
@@ -964,8 +976,8 @@ def _decode_plan(kernel: Any, root: _Node, fallback: Callable[[bytes], Any]) -> 
         raise _NoPlan(kind)
 
     try:
-        root_index = visit(root)
-        return kernel.Plan(tuple(entries), root_index, fallback)
+        nodes, root_index = flat_plan(root, entry)
+        return kernel.Plan(nodes, root_index, fallback)
     except (_NoPlan, ValueError, TypeError, OverflowError, KeyError):
         return False
 
@@ -987,18 +999,8 @@ def _encode_plan(kernel: Any, root: _Node, fallback: Callable[[Any], bytes]) -> 
         "double": k.K_DOUBLE, "bytes": k.K_BYTES, "string": k.K_STRING, "decimal_text": k.K_DECIMAL_TEXT,
         "date": k.K_DATE, "datetime": k.K_DATETIME, "time": k.K_TIME,
     }
-    entries: list[tuple] = []
-    index: dict[int, int] = {}
 
-    def visit(node: _Node) -> int:
-        at = index.get(id(node))
-        if at is None:
-            at = index[id(node)] = len(entries)
-            entries.append(())  # reserved first: a recursive record refers to its own index
-            entries[at] = entry(node)
-        return at
-
-    def entry(node: _Node) -> tuple:
+    def entry(node: _Node, visit: Callable[[_Node], int]) -> tuple:
         kind = node.kind
         if kind in simple:
             return (simple[kind],)
@@ -1025,8 +1027,8 @@ def _encode_plan(kernel: Any, root: _Node, fallback: Callable[[Any], bytes]) -> 
         raise _NoPlan(kind)
 
     try:
-        root_index = visit(root)
-        return kernel.Plan(tuple(entries), root_index, fallback)
+        nodes, root_index = flat_plan(root, entry)
+        return kernel.Plan(nodes, root_index, fallback)
     except (_NoPlan, Unsupported, ValueError, TypeError, OverflowError, KeyError):
         return False
 

@@ -38,7 +38,7 @@ import orjson
 
 from .. import accel
 from ..avro_codegen import Generator
-from ..avro_values import Codec, INT64_MIN
+from ..avro_values import Codec, INT64_MIN, flat_plan
 from ..errors import ConversionError, SchemaError
 from ..record import META_COLLECTION as _COLLECTION
 from ..record import META_KEY_SCHEMA_SUBJECT as _KEY_SUBJECT
@@ -1019,18 +1019,8 @@ def _kernel_plan(root: Any) -> Any:
         "bytes": k.K_BYTES, "string": k.K_STRING, "decimal_text": k.K_DECIMAL_TEXT, "date": k.K_DATE,
         "datetime": k.K_DATETIME, "time": k.K_TIME, "foreign": k.K_FOREIGN,
     }
-    entries: list[tuple] = []
-    index: dict[int, int] = {}
 
-    def visit(node: Any) -> int:
-        at = index.get(id(node))
-        if at is None:
-            at = index[id(node)] = len(entries)
-            entries.append(())  # reserved first: a recursive record refers to its own index
-            entries[at] = entry(node)
-        return at
-
-    def entry(node: Any) -> tuple:
+    def entry(node: Any, visit: Callable[[Any], int]) -> tuple:
         kind = node.kind
         if kind in simple:
             return (simple[kind],)
@@ -1064,8 +1054,8 @@ def _kernel_plan(root: Any) -> Any:
             return (k.K_UNION, tuple(visit(b) for b in ordered), labels)
         return (k.K_PASS,)  # Avro float (float32 exactness) and kinds the kernel does not know
 
-    root_index = visit(root)
-    return k.Plan(tuple(entries), root_index)
+    nodes, root_index = flat_plan(root, entry)
+    return k.Plan(nodes, root_index)
 
 
 # ---------------------------------------------------------------------------
