@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "recordslots.h"
 #include "tidbparse.h"
 #include "tidbtext.h"
 
@@ -929,8 +930,6 @@ done:
  * shapes (a commit ts that is not a small exact int, lists shorter than `end`) hands the batch
  * back: None, and the Python builder makes it. */
 
-#include <structmember.h>
-
 static const char *const record_slot_names[] = {"position", "operation", "metadata", "key", "before", "after"};
 enum { SLOT_POSITION, SLOT_OPERATION, SLOT_METADATA, SLOT_KEY, SLOT_BEFORE, SLOT_AFTER, RECORD_SLOTS };
 
@@ -955,21 +954,12 @@ static int record_layout(records_plan *p)
         PyErr_SetString(PyExc_SystemError, "_csv.records: Record is not a plain __slots__ class");
         return -1;
     }
-    for (int i = 0; i < RECORD_SLOTS; i++) {
-        PyObject *d = PyObject_GetAttrString((PyObject *)type, record_slot_names[i]);
-        if (d == NULL)
-            return -1;
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
-                 && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
-                 && ((PyMemberDescrObject *)d)->d_common.d_type == type;
-        Py_ssize_t offset = ok ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
-        Py_DECREF(d);
-        if (!ok || offset < (Py_ssize_t)sizeof(PyObject)
-            || offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize) {
-            PyErr_Format(PyExc_SystemError, "_csv.records: Record.%s is not an object slot", record_slot_names[i]);
-            return -1;
-        }
-        p->offsets[i] = offset;
+    int at = rs_slot_offsets(type, record_slot_names, RECORD_SLOTS, p->offsets);
+    if (at < 0)
+        return -1;
+    if (at < RECORD_SLOTS) {
+        PyErr_Format(PyExc_SystemError, "_csv.records: Record.%s is not an object slot", record_slot_names[at]);
+        return -1;
     }
     return 0;
 }

@@ -45,6 +45,7 @@
 #include <string.h>
 #include <structmember.h>
 
+#include "recordslots.h"
 #include "tidbtext.h"
 
 enum {
@@ -923,18 +924,8 @@ static void batch_forget(Batch *bt)
  * laid out that way, -2 with an exception. */
 static int batch_offsets(Batch *bt)
 {
-    for (int i = 0; i < A_COUNT; i++) {
-        PyObject *d = PyObject_GetAttrString((PyObject *)bt->record_type, attr_names[i]);
-        if (d == NULL)
-            return -2;
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        if (ok)
-            bt->offsets[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!ok)
-            return -1;
-    }
-    return 0;
+    int at = rs_slot_offsets(bt->record_type, attr_names, A_COUNT, bt->offsets);
+    return at < 0 ? -2 : (at < A_COUNT ? -1 : 0);
 }
 
 static inline PyObject *slot(const Batch *bt, PyObject *rec, int attr)

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "recordslots.h"
+
 /* Protobuf tags of the fields the usual record shape holds. */
 enum {
     TAG_RECORDS = 0x0A,   /* batch message: records = 1, length-delimited */
@@ -175,29 +177,6 @@ typedef struct {
     PyObject *handback;              /* exception types that send a record back to Python */
 } Reader;
 
-/* The offset of ``name``'s slot in ``type``: the class must define it as a plain __slots__ member. */
-static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s has no slot %s", type->tp_name, name);
-        }
-        return -1;
-    }
-    int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) && ((PyDescrObject *)descr)->d_type == type &&
-             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
-    if (ok)
-        *offset = ((PyMemberDescrObject *)descr)->d_member->offset;
-    Py_DECREF(descr);
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
-        return -1;
-    }
-    return 0;
-}
-
 /* Where ``type`` keeps the six record slots. Records are made (Reader) and read (Writer)
  * through these offsets, skipping __init__ and attribute lookup: that is safe only for a
  * class whose instances are exactly the six slots and plain object.__new__. */
@@ -207,9 +186,13 @@ static int record_slots(PyTypeObject *type, Py_ssize_t offsets[N_SLOTS])
         PyErr_Format(PyExc_TypeError, "%s is not a plain __slots__ class", type->tp_name);
         return -1;
     }
-    for (int i = 0; i < N_SLOTS; i++)
-        if (slot_offset(type, SLOT_NAMES[i], &offsets[i]) < 0)
-            return -1;
+    int at = rs_slot_offsets(type, SLOT_NAMES, N_SLOTS, offsets);
+    if (at < 0)
+        return -1;
+    if (at < N_SLOTS) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, SLOT_NAMES[at]);
+        return -1;
+    }
     return 0;
 }
 
