@@ -16,10 +16,10 @@ best of 5, GC off. Pin it to one core for steady figures:
 from __future__ import annotations
 
 import datetime
-import gc
 import sys
-import time
 from decimal import Decimal
+
+from timing import cpu_per_record
 
 from cdcflow import avro_values
 from cdcflow.avro_values import Codec
@@ -66,37 +66,21 @@ def tidb_row(i: int) -> dict:
             "state": ("new", "paid", "shipped")[i % 3], "tags": "a,c", "doc": '{"k": [1, 2]}', "gone": None}
 
 
-def cpu_per_record(fn, blobs: list[bytes], repeat: int = 5) -> float:
-    """Best CPU µs per record of ``fn`` over ``blobs``."""
-    best = float("inf")
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            t0 = time.process_time()
-            for b in blobs:
-                fn(b)
-            best = min(best, time.process_time() - t0)
-    finally:
-        gc.enable()
-    return best / len(blobs) * 1e6
-
-
 def measure(label: str, schema: dict, rows: list[dict]) -> tuple[str, float, float, float, float]:
     codec = Codec(schema)
     blobs = [codec.encode(r) for r in rows]
     kernel = avro_values._kernel
     assert kernel is not None, "kernel not built (or CDCFLOW_PURE_PYTHON=1): nothing to compare"
     assert all(codec.decode(b) == r for b, r in zip(blobs, rows)), "kernel decode differs from the rows"
-    k_us = cpu_per_record(codec.decode, blobs)
-    direct_us = cpu_per_record(codec.decoder(), blobs)
+    k_us = cpu_per_record([codec.decode], blobs)[0]
+    direct_us = cpu_per_record([codec.decoder()], blobs)[0]
     avro_values._kernel = None
     try:
         assert all(codec.decode(b) == r for b, r in zip(blobs, rows))
-        py_us = cpu_per_record(codec.decode, blobs)
+        py_us = cpu_per_record([codec.decode], blobs)[0]
     finally:
         avro_values._kernel = kernel
-    ref_us = cpu_per_record(codec._reference_decode, blobs)
+    ref_us = cpu_per_record([codec._reference_decode], blobs)[0]
     return label, ref_us, py_us, k_us, direct_us
 
 

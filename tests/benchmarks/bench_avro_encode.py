@@ -14,33 +14,14 @@ for steady figures:
 
 from __future__ import annotations
 
-import gc
 import sys
-import time
-from typing import Callable
 
 from bench_avro_decode import TIDB_TABLE, structured_row, tidb_row
+from timing import cpu_per_record
 
 from cdcflow import avro_values
 from cdcflow.avro_values import Codec
 from cdcflow.connectors.ticdc.schema import table_schema_avro
-
-
-def cpu_per_record(fns: list[Callable], rows: list[dict], repeat: int = 5) -> list[float]:
-    """Best CPU µs per record of each of ``fns`` over ``rows`` (rounds interleaved)."""
-    best = [float("inf")] * len(fns)
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for i, fn in enumerate(fns):
-                t0 = time.process_time()
-                for r in rows:
-                    fn(r)
-                best[i] = min(best[i], time.process_time() - t0)
-    finally:
-        gc.enable()
-    return [t / len(rows) * 1e6 for t in best]
 
 
 def measure(label: str, schema: dict, rows: list[dict]) -> tuple[str, list[float]]:
