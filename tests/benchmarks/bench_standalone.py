@@ -7,13 +7,18 @@ Besides records/s it prints the CPU time per record of the host process and
 of the plugin process (from /proc): on a loaded machine those are the steadier
 figures; the wall-clock ratio needs two idle cores (host and plugin overlap).
 
-    .venv/bin/python tests/benchmarks/bench_standalone.py [--records N] [--batch N] [--network tcp|unix]
+    .venv/bin/python tests/benchmarks/bench_standalone.py [--records N] [--batch N] [--rounds N]
+        [--network tcp|unix] [--dir DIR]
+
+The two modes are measured in turns (``--rounds`` each) and the table gives medians: on a
+shared or disk-bound machine single runs of either mode swing by 2x.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -60,10 +65,35 @@ def run(dest, records: list[Record], batch: int) -> tuple[float, float, float]:
     return time.perf_counter() - t0, time.process_time() - c0, plugin_cpu(dest) - p0
 
 
+def measure(info, launcher, tmp: str, label: str, mode: str, records: list[Record], args) -> tuple[float, float, float]:
+    """One mode once: records/s, host and plugin CPU µs per record."""
+    path = Path(tmp) / f"{label.replace(' ', '_')}-{mode}.jsonl"
+    if mode == "in-process":
+        dest = info.new_destination()
+    else:
+        env = {"CDCFLOW_PLUGIN_NETWORK": args.network} if args.network else {}
+        dest = StandaloneDestination(launcher, options=HostOptions(extra_env=env))
+    dest.configure(info.validate("destination", {"path": str(path)}))
+    dest.open()
+    run(dest, records[: args.batch], args.batch)  # warm-up: schemas, connections
+    elapsed, host_cpu, plug_cpu = run(dest, records, args.batch)
+    dest.stop(records[-1].position)
+    dest.teardown()
+    # each measurement starts from the same page cache: the written file goes (its pages with
+    # it) and the rest is synced, so the next one does not pay this one's writeback
+    path.unlink()
+    os.sync()
+    per = 1e6 / len(records)
+    return len(records) / elapsed, host_cpu * per, plug_cpu * per
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="measurements per mode, interleaved (in-process, standalone, in-process, ...); "
+                         "the table shows medians")
     ap.add_argument("--network", choices=("tcp", "unix"), default=None,
                     help="what the plugin listens on (default: the runtime's default, a unix socket)")
     ap.add_argument("--dir", default=None,
@@ -73,35 +103,25 @@ def main() -> None:
     info = load_registry().connector("builtin:file")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         launcher = export_launcher("builtin:file", Path(tmp) / "plugins")
-        print(f"plugin listens on: {args.network or 'the default (unix socket)'}")
+        print(f"plugin listens on: {args.network or 'the default (unix socket)'}; writes to {tmp}; "
+              f"median of {args.rounds} interleaved rounds")
         print(f"{'payload':<12}{'mode':<14}{'records/s':>12}{'MB/s':>9}{'ratio':>8}"
-              f"{'host µs/rec':>13}{'plugin µs/rec':>15}")
+              f"{'host µs/rec':>13}{'plugin µs/rec':>15}   ratio per round")
         for label, make in (("raw 1KB", raw_records), ("structured", structured_records)):
             records = make(args.records)
             volume = sum(len(r.after) if isinstance(r.after, bytes) else 1024 for r in records) / 1e6
-            results = {}
-            for mode in ("in-process", "standalone"):
-                path = Path(tmp) / f"{label.replace(' ', '_')}-{mode}.jsonl"
-                if mode == "in-process":
-                    dest = info.new_destination()
-                else:
-                    env = {"CDCFLOW_PLUGIN_NETWORK": args.network} if args.network else {}
-                    dest = StandaloneDestination(launcher, options=HostOptions(extra_env=env))
-                dest.configure(info.validate("destination", {"path": str(path)}))
-                dest.open()
-                run(dest, records[: args.batch], args.batch)  # warm-up: schemas, connections
-                elapsed, host_cpu, plug_cpu = run(dest, records, args.batch)
-                dest.stop(records[-1].position)
-                dest.teardown()
-                # each mode starts from the same page cache: the written file goes (its pages with
-                # it) and the rest is synced, so the second mode does not pay the first's writeback
-                path.unlink()
-                os.sync()
-                results[mode] = len(records) / elapsed
-                ratio = results[mode] / results["in-process"]
-                per = 1e6 / len(records)
-                print(f"{label:<12}{mode:<14}{results[mode]:>12,.0f}{volume / elapsed:>9.1f}{ratio:>8.2f}"
-                      f"{host_cpu * per:>13.2f}{plug_cpu * per:>15.2f}")
+            got: dict[str, list[tuple[float, float, float]]] = {"in-process": [], "standalone": []}
+            for _ in range(args.rounds):
+                for mode in got:
+                    got[mode].append(measure(info, launcher, tmp, label, mode, records, args))
+            per_round = [s[0] / i[0] for i, s in zip(got["in-process"], got["standalone"])]
+            base = statistics.median(r[0] for r in got["in-process"])
+            for mode, runs in got.items():
+                rate = statistics.median(r[0] for r in runs)
+                host, plugin = (statistics.median(r[k] for r in runs) for k in (1, 2))
+                rounds = " ".join(f"{x:.2f}" for x in per_round) if mode == "standalone" else ""
+                print(f"{label:<12}{mode:<14}{rate:>12,.0f}{volume * rate / len(records):>9.1f}{rate / base:>8.2f}"
+                      f"{host:>13.2f}{plugin:>15.2f}   {rounds}")
 
 
 if __name__ == "__main__":
