@@ -1,5 +1,6 @@
 """Project-wide test setup: ``tests/`` on sys.path, the shared Kafka/registry fixtures, and a
-private cache directory (the Spark class-data archive) so a test run leaves nothing in ``~/.cache``."""
+private cache directory (the Spark class-data archive) so a test run leaves nothing in ``~/.cache``,
+and private Spark scratch and JVM temp dirs so killed runs leave nothing in ``/tmp``."""
 
 import os
 import shutil
@@ -20,6 +21,9 @@ if "CDCFLOW_CACHE_DIR" not in os.environ:  # set before any Spark start; subproc
 if "SPARK_LOCAL_DIRS" not in os.environ:  # Spark's scratch dirs, also of runs the tests kill
     _OWN_DIRS.append(tempfile.mkdtemp(prefix="cdcflow-test-spark-"))
     os.environ["SPARK_LOCAL_DIRS"] = _OWN_DIRS[-1]
+if "SPARK_SUBMIT_OPTS" not in os.environ:  # the JVMs' java.io.tmpdir: a JVM the tests kill leaves
+    _OWN_DIRS.append(tempfile.mkdtemp(prefix="cdcflow-test-jvm-"))  # its spark-* dirs and native libs there
+    os.environ["SPARK_SUBMIT_OPTS"] = f"-Djava.io.tmpdir={_OWN_DIRS[-1]}"
 
 
 def pytest_unconfigure(config):
