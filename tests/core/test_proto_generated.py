@@ -17,6 +17,11 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
         if not (PB_DIR / rel).exists() or (PB_DIR / rel).read_bytes() != (tmp_path / rel).read_bytes()
     ]
     assert not stale, f"generated code is stale, run `python -m cdcflow.pb.generate`: {stale}"
-    fresh = {p.relative_to(tmp_path) for p in tmp_path.rglob("*_pb2*.py*")}
-    committed = {p.relative_to(PB_DIR) for p in PB_DIR.rglob("*_pb2*.py*")}
+    fresh = _generated(tmp_path)
+    committed = _generated(PB_DIR)
     assert committed == fresh, f"generated files without a .proto: {sorted(map(str, committed - fresh))}"
+
+
+def _generated(root: Path) -> set[Path]:
+    """Generated sources under ``root`` (bytecode caches are the interpreter's, not generated code)."""
+    return {p.relative_to(root) for p in root.rglob("*_pb2*.py*") if "__pycache__" not in p.parts}
