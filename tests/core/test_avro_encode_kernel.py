@@ -31,6 +31,7 @@ from cdcflow.errors import ConversionError
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ticdc"))
 import strategies as tidb_st  # noqa: E402  (tests/ticdc/strategies.py: every TiDB type and its edge values)
 from leakcheck import traced_growth
+from avro_value_strategies import SCALARS, rows, unicode_text  # noqa: E402  (tests/core: shared value strategies)
 
 kernel = avro_values._encode_kernel
 pytestmark = pytest.mark.skipif(kernel is None, reason="encode kernel not built or CDCFLOW_PURE_PYTHON=1")
@@ -92,37 +93,6 @@ def test_every_tidb_type_encodes_as_the_python_writer_does(table_rows):
 
 
 # --------------------------------------------------------------------------- derived schemas
-
-TIME_LIMIT = dt.timedelta(days=999_999)
-ints = st.one_of(st.integers(-(1 << 63), (1 << 64) - 1), st.integers(-(10 ** 60), 10 ** 60),
-                 st.sampled_from([0, -1, 63, 64, -65, 8191, 8192, -128, -129, 127, 128, 255, 256, -(1 << 63),
-                                  (1 << 63) - 1, 1 << 63, (1 << 64) - 1, 1 << 64, -(1 << 64), -(1 << 63) - 1]))
-decimals = st.one_of(
-    st.decimals(places=30, min_value=-(10 ** 35) + 1, max_value=10 ** 35 - 1, allow_nan=False, allow_infinity=False),
-    st.decimals(places=2, allow_nan=False, allow_infinity=False),
-    st.decimals(),  # NaN, Infinity, -0, positive exponents: decimal text
-    st.sampled_from([Decimal("-1.28"), Decimal("1.27"), Decimal("-0"), Decimal("0.000"), Decimal("1E+2"),
-                     Decimal("-" + "9" * 65), Decimal("9" * 35 + "." + "9" * 30), Decimal("-0." + "0" * 29 + "1"),
-                     Decimal("1E-7"), Decimal("-1.23E-9"), Decimal("0E-10"), Decimal("-128"), Decimal("-1.28E+2")]),
-)
-unicode_text = st.one_of(
-    st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
-    st.sampled_from(["", "\u2028\u2029", "\x00\x1f\x7f", "𝄞😀", "é"]),
-    st.builds(lambda c, n: c * n, st.sampled_from(["x", "é", "€", "😀"]), st.integers(0, 9000)),  # multi-byte lengths
-)
-SCALARS = [
-    st.none(), st.booleans(), ints, st.floats(), unicode_text, st.binary(max_size=300), decimals,
-    st.dates(), st.datetimes(), st.timedeltas(min_value=-TIME_LIMIT, max_value=TIME_LIMIT),
-]
-
-
-def rows(depth: int = 2) -> st.SearchStrategy:
-    values = [st.one_of(SCALARS), *[st.lists(st.one_of(st.none(), s), max_size=4) for s in SCALARS[1:]]]
-    if depth:
-        inner = rows(depth - 1)
-        values += [inner, inner.flatmap(lambda d: st.lists(st.just(d), max_size=3))]
-    return st.dictionaries(unicode_text, st.one_of(values), max_size=6)
-
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(rows(), min_size=1, max_size=2))
