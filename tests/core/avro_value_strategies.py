@@ -38,3 +38,36 @@ def rows(depth: int = 2) -> st.SearchStrategy:
         inner = rows(depth - 1)
         values += [inner, inner.flatmap(lambda d: st.lists(st.just(d), max_size=3))]
     return st.dictionaries(unicode_text, st.one_of(values), max_size=6)
+
+
+# a hand-written schema with every kind a derived schema lacks (int, float, enum, fixed, map,
+# a union of records and an array, recursion, a decimal, a renamed field) and values for it
+HAND_SCHEMA = {
+    "type": "record", "name": "Hand", "namespace": "t", "fields": [
+        {"name": "i", "type": "int"},
+        {"name": "f", "type": "float"},
+        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "fx", "type": {"type": "fixed", "name": "Four", "size": 4}},
+        {"name": "m", "type": {"type": "map", "values": ["null", "long", "Color"]}},
+        {"name": "ch", "type": ["null", {"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]},
+                               {"type": "record", "name": "B", "fields": [{"name": "y", "type": "string"}]},
+                               {"type": "array", "items": "Four"}]},
+        {"name": "next", "type": ["null", "Hand"]},  # recursive
+        {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 1}},
+        {"name": "orig_name", "cdcflow.name": "original name", "type": "boolean"},
+    ]}
+
+
+def hand_value(depth: int) -> st.SearchStrategy:
+    nxt = st.none() if depth == 0 else st.one_of(st.none(), hand_value(depth - 1))
+    return st.fixed_dictionaries({
+        "i": st.integers(-(1 << 31), (1 << 31) - 1),
+        "f": st.one_of(st.floats(width=32), st.just(float("nan"))),
+        "e": st.sampled_from(["RED", "GREEN"]), "fx": st.binary(min_size=4, max_size=4),
+        "m": st.dictionaries(unicode_text, st.one_of(st.none(), st.integers(-5, 5 ** 20), st.just("RED")), max_size=4),
+        "ch": st.one_of(st.none(), st.builds(lambda x: {"x": x}, st.integers(-100, 100)),
+                        st.builds(lambda y: {"y": y}, unicode_text), st.lists(st.binary(min_size=4, max_size=4))),
+        "next": nxt,
+        "d": st.sampled_from([Decimal("1234.5"), Decimal("-0.1"), Decimal("0.0"), Decimal("-9999.9")]),
+        "original name": st.booleans(),
+    })

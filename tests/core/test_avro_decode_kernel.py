@@ -31,7 +31,7 @@ from cdcflow.errors import ConversionError
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ticdc"))
 import strategies as tidb_st  # noqa: E402  (tests/ticdc/strategies.py: every TiDB type and its edge values)
 from leakcheck import traced_growth
-from avro_value_strategies import rows, unicode_text  # noqa: E402  (tests/core: shared value strategies)
+from avro_value_strategies import HAND_SCHEMA, hand_value, rows  # noqa: E402  (tests/core: shared value strategies)
 
 kernel = avro_values._kernel
 pytestmark = pytest.mark.skipif(kernel is None, reason="decode kernel not built or CDCFLOW_PURE_PYTHON=1")
@@ -169,37 +169,6 @@ def test_mutated_and_truncated_bytes_give_the_same_value_or_error(value, draw):
 
 
 # --------------------------------------------------------------------------- hand-written schemas
-
-HAND_SCHEMA = {
-    "type": "record", "name": "Hand", "namespace": "t", "fields": [
-        {"name": "i", "type": "int"},
-        {"name": "f", "type": "float"},
-        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
-        {"name": "fx", "type": {"type": "fixed", "name": "Four", "size": 4}},
-        {"name": "m", "type": {"type": "map", "values": ["null", "long", "Color"]}},
-        {"name": "ch", "type": ["null", {"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]},
-                               {"type": "record", "name": "B", "fields": [{"name": "y", "type": "string"}]},
-                               {"type": "array", "items": "Four"}]},
-        {"name": "next", "type": ["null", "Hand"]},  # recursive
-        {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 1}},
-        {"name": "orig_name", "cdcflow.name": "original name", "type": "boolean"},
-    ]}
-
-
-def hand_value(depth: int) -> st.SearchStrategy:
-    nxt = st.none() if depth == 0 else st.one_of(st.none(), hand_value(depth - 1))
-    return st.fixed_dictionaries({
-        "i": st.integers(-(1 << 31), (1 << 31) - 1),
-        "f": st.floats(width=32),
-        "e": st.sampled_from(["RED", "GREEN"]), "fx": st.binary(min_size=4, max_size=4),
-        "m": st.dictionaries(unicode_text, st.one_of(st.none(), st.integers(-5, 5 ** 20), st.just("RED")), max_size=4),
-        "ch": st.one_of(st.none(), st.builds(lambda x: {"x": x}, st.integers(-100, 100)),
-                        st.builds(lambda y: {"y": y}, unicode_text), st.lists(st.binary(min_size=4, max_size=4))),
-        "next": nxt,
-        "d": st.sampled_from([Decimal("1234.5"), Decimal("-0.1"), Decimal("0.0"), Decimal("-9999.9")]),
-        "original name": st.booleans(),
-    })
-
 
 @settings(max_examples=200, deadline=None)
 @given(hand_value(2))
