@@ -535,40 +535,74 @@ def _work(
             return
         if ctx.state.stop_requested():
             return
-        batch = source.plugin.read(batch_size)
-        if batch is None:
-            stats.ended = True
-            if not state.ended:
-                state.ended = True
-                checkpoints.save_now(state)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            got = _one_batch(pipe, task, state, source, parts, stats, checkpoints, batch_size)
+        finally:
+            if collecting:
+                gc.enable()
+        if got is None:
             return
-        if not batch:
-            if idle_since is None:
-                idle_since = now
-                # a source that knows nothing is waiting (it just looked) is idle now: waiting
-                # out the timeout would only delay the micro-batch (and --until-idle's end)
-                caught_up = _caught_up(source.plugin)
-            else:
-                caught_up = False
-            if caught_up or now - idle_since >= limits.idle_timeout:
-                stats.idle = True
-                return
-            time.sleep(0.01)
+        if got:
+            idle_since = None
             continue
-        idle_since = None
-        if not stats.read:
-            stats.timeline.append(("first-batch", time.time()))
-        stats.read += len(batch)
-        nacks = _process_batch(batch, source, parts, stats, checkpoints)
-        if nacks.by_position:
-            checkpoints.flush()  # DLQ writes, like destination writes, wait for the previous save
-        acked, stop_reason = _settle(pipe, task, batch, nacks, state, parts, stats)
-        if acked:
-            checkpoints.submit(state, acked)
-        if stop_reason is not None:
-            checkpoints.flush()
-            stats.stopped = stop_reason
-            raise PipelineStopped(stop_reason)
+        if idle_since is None:
+            idle_since = now
+            # a source that knows nothing is waiting (it just looked) is idle now: waiting
+            # out the timeout would only delay the micro-batch (and --until-idle's end)
+            caught_up = _caught_up(source.plugin)
+        else:
+            caught_up = False
+        if caught_up or now - idle_since >= limits.idle_timeout:
+            stats.idle = True
+            return
+        time.sleep(0.01)
+
+
+def _one_batch(
+    pipe: PipelineConfig,
+    task: PartitionTask,
+    state: PartitionState,
+    source: _OpenSource,
+    parts: _PipelineParts,
+    stats: TaskStats,
+    checkpoints: _Checkpoints,
+    batch_size: int,
+) -> bool | None:
+    """Read, process, write and settle one batch: True if it had records, False if the source
+    had none yet, None if the source ended.
+
+    ``_work`` runs this with the automatic collector paused. A batch is ~10k records of a
+    few container objects each, all freed when this returns; with the collector running,
+    every young-generation pass over them (and the promotions to older generations) costs
+    ≈ 0.5 µs per record and finds nothing, as records hold no cycles. Objects a batch frees
+    also leave the collector's allocation count, so resuming it afterwards does not start a
+    collection; cyclic garbage a plugin leaves behind still counts and is collected later.
+    """
+    batch = source.plugin.read(batch_size)
+    if batch is None:
+        stats.ended = True
+        if not state.ended:
+            state.ended = True
+            checkpoints.save_now(state)
+        return None
+    if not batch:
+        return False
+    if not stats.read:
+        stats.timeline.append(("first-batch", time.time()))
+    stats.read += len(batch)
+    nacks = _process_batch(batch, source, parts, stats, checkpoints)
+    if nacks.by_position:
+        checkpoints.flush()  # DLQ writes, like destination writes, wait for the previous save
+    acked, stop_reason = _settle(pipe, task, batch, nacks, state, parts, stats)
+    if acked:
+        checkpoints.submit(state, acked)
+    if stop_reason is not None:
+        checkpoints.flush()
+        stats.stopped = stop_reason
+        raise PipelineStopped(stop_reason)
+    return True
 
 
 def _caught_up(plugin) -> bool:
