@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from decimal import Decimal
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,26 +20,8 @@ from cdcflow.avro_values import Codec, derive_shared_schema
 from cdcflow.errors import ConversionError
 from cdcflow.record import _data_eq
 
-TIME_MIN = dt.timedelta(hours=-838, minutes=-59, seconds=-59)
-ints = st.one_of(st.integers(-(1 << 63), (1 << 64) - 1), st.integers(-(10 ** 40), 10 ** 40),
-                 st.sampled_from([0, -1, 63, 64, -65, 8191, 8192, -(1 << 63), (1 << 63) - 1, 1 << 63]))
-decimals = st.one_of(
-    st.decimals(places=30, min_value=-(10 ** 35) + 1, max_value=10 ** 35 - 1, allow_nan=False, allow_infinity=False),
-    st.decimals(places=2, allow_nan=False, allow_infinity=False),
-    st.sampled_from([Decimal("-1.28"), Decimal("1.27"), Decimal("-0"), Decimal("NaN"), Decimal("1E+2")]),
-)
-SCALARS = [
-    st.none(), st.booleans(), ints, st.floats(), st.text(max_size=20), st.binary(max_size=300), decimals,
-    st.dates(), st.datetimes(), st.timedeltas(min_value=TIME_MIN, max_value=-TIME_MIN),
-]
-
-
-def _row(depth: int = 2) -> st.SearchStrategy:
-    values = [st.one_of(SCALARS), *[st.lists(st.one_of(st.none(), s), max_size=4) for s in SCALARS[1:]]]
-    if depth:
-        inner = _row(depth - 1)
-        values += [inner, inner.flatmap(lambda d: st.lists(st.just(d), max_size=3))]
-    return st.dictionaries(st.text(max_size=8), st.one_of(values), max_size=6)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from avro_value_strategies import HAND_SCHEMA, hand_value, rows  # noqa: E402  (tests/core: shared value strategies)
 
 
 def _same_as_reference(codec: Codec, value) -> None:
@@ -51,42 +34,15 @@ def _same_as_reference(codec: Codec, value) -> None:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_row(), min_size=1, max_size=2))
+@given(st.lists(rows(), min_size=1, max_size=2))
 def test_generated_code_writes_and_reads_what_fastavro_does(values):
     codec = Codec(derive_shared_schema(values, "Payload"))
     for value in values:
         _same_as_reference(codec, value)
 
 
-HAND_SCHEMA = {
-    "type": "record", "name": "Hand", "namespace": "t", "fields": [
-        {"name": "i", "type": "int"},
-        {"name": "f", "type": "float"},
-        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
-        {"name": "fx", "type": {"type": "fixed", "name": "Four", "size": 4}},
-        {"name": "m", "type": {"type": "map", "values": ["null", "long", "Color"]}},
-        {"name": "ch", "type": ["null", {"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]},
-                               {"type": "record", "name": "B", "fields": [{"name": "y", "type": "string"}]},
-                               {"type": "array", "items": "Four"}]},
-        {"name": "next", "type": ["null", "Hand"]},  # recursive
-        {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 1}},
-    ]}
-HAND_VALUES = st.recursive(
-    st.none(),
-    lambda nxt: st.fixed_dictionaries({
-        "i": st.integers(-(1 << 31), (1 << 31) - 1), "f": st.sampled_from([1.5, -0.0, float("inf"), 3.25]),
-        "e": st.sampled_from(["RED", "GREEN"]), "fx": st.binary(min_size=4, max_size=4),
-        "m": st.dictionaries(st.text(max_size=5), st.one_of(st.none(), st.integers(-5, 5 ** 20), st.just("RED"))),
-        "ch": st.one_of(st.none(), st.builds(lambda x: {"x": x}, st.integers(-100, 100)),
-                        st.builds(lambda y: {"y": y}, st.text(max_size=5)), st.lists(st.binary(min_size=4, max_size=4))),
-        "next": nxt, "d": st.sampled_from([Decimal("1234.5"), Decimal("-0.1"), Decimal("0.0"), Decimal("-9999.9")]),
-    }),
-    max_leaves=3,
-).filter(lambda v: v is not None)
-
-
 @settings(max_examples=200, deadline=None)
-@given(HAND_VALUES)
+@given(hand_value(2))
 def test_named_recursive_enum_fixed_map_and_union_schemas(value):
     _same_as_reference(Codec(HAND_SCHEMA), value)
 
