@@ -136,10 +136,11 @@ class KafkaDestination(Destination):
                 self._encode_open_rows(topic, part, rows, errors, emit)
             open_rows.clear()
 
+        values = self._opencdc_values(records) if proto == "opencdc-json" else None
         for i, r in enumerate(records):
             try:
                 if proto == "opencdc-json":
-                    self._plan_opencdc(i, r, emit)
+                    self._plan_opencdc(i, r, emit, values[i] if values is not None else None)
                     continue
                 ev = from_record(r, self._store)
                 t = type(ev)
@@ -256,12 +257,21 @@ class KafkaDestination(Destination):
             for p in parts:
                 emit(topic, p, key, value, [i])
 
-    def _plan_opencdc(self, i: int, r: Record, emit) -> None:
+    def _opencdc_values(self, records: Sequence[Record]) -> list[bytes] | None:
+        """Every record's JSON form, written as one batch; None when one of them does not
+        convert (each is then written alone, so only that one goes to the DLQ)."""
+        try:
+            return jsonform.dumps_each(records, self._store)
+        except Exception:  # noqa: BLE001 - ``_plan_opencdc`` names the record and the reason
+            return None
+
+    def _plan_opencdc(self, i: int, r: Record, emit, value: bytes | None = None) -> None:
         s = self.settings
         schema, table = _schema_table(r)
         topic = topic_for(s.topic_rule, schema, table)
         n = self._partition_count(topic)
-        value = jsonform.dumps_record(r, self._store)
+        if value is None:
+            value = jsonform.dumps_record(r, self._store)
         key = r.key if isinstance(r.key, bytes) else (
             orjson.dumps(r.key, option=orjson.OPT_SORT_KEYS, default=str) if r.key is not None else None)
         if s.partition == "ts":

@@ -14,8 +14,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from cdcflow.connectors.ticdc.avro import AvroOptions, build_schema, schema_text
 from cdcflow.connectors.ticdc.events import META_COMMIT_TS
 from cdcflow.connectors.ticdc.open_protocol import OpenProtocolEncoder
+from cdcflow.convert import jsonform
 from cdcflow.record import Operation
 from cdcflow.schemaregistry.client import RegistryClient
+from cdcflow.schemas import default_store
 from cdcflow.tidb import Column, TableSchema
 from kafka_helpers import (
     ORDERS, DDLEvent, ResolvedEvent, create_topic, make_destination, make_source, raw_messages, read_all, record,
@@ -203,6 +205,21 @@ def test_oversized_message_is_that_records_error(kafka_broker, unique_name):
     assert errors[0] is None and errors[2] is None
     assert "exceeds max-message-bytes 600" in errors[1]
     assert len(raw_messages(kafka_broker, unique_name, idle=0.8)) == 2
+
+
+def test_opencdc_json_record_that_does_not_convert_is_that_records_error(kafka_broker, unique_name):
+    """The batch is written as JSON in one go; a record the JSON form cannot hold must not fail
+    its neighbours: it alone gets the error, the others arrive as ``dumps_record`` writes them."""
+    dst = make_destination({"uri": f"kafka://{kafka_broker}/{unique_name}?protocol=opencdc-json"})
+    good = [record(row(ORDERS, i, tso(20 + i))) for i in range(3)]
+    bad = record(row(ORDERS, 9, tso(30)))
+    bad.after = {**bad.after, "note": object()}
+    errors = dst.write([good[0], bad, good[1], good[2]])
+    dst.teardown()
+    assert errors[0] is None and errors[2] is None and errors[3] is None
+    assert errors[1] and "object" in errors[1]
+    got = sorted(m.value() for m in raw_messages(kafka_broker, unique_name, idle=0.8))
+    assert got == sorted(jsonform.dumps_record(r, default_store()) for r in good)
 
 
 def test_avro_schema_evolution_new_version_and_409_to_dlq(kafka_broker, schema_registry, unique_name):
