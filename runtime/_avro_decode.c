@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plantuple.h"
+
 enum {
     K_NULL = 0, K_BOOLEAN, K_LONG, K_FLOAT, K_DOUBLE, K_BYTES, K_STRING, K_BIGINT, K_DECIMAL,
     K_DECIMAL_TEXT, K_DATE, K_DATETIME, K_TIME, K_ENUM, K_FIXED, K_RECORD, K_ARRAY, K_MAP, K_UNION,
@@ -576,72 +578,22 @@ static PyObject *Plan_vectorcall(PyObject *self, PyObject *const *args, size_t n
     return PyObject_CallOneArg(plan->fallback, args[0]);
 }
 
-static int plan_int(PyObject *entry, Py_ssize_t i, long min, long max, long *out)
-{
-    if (i >= PyTuple_GET_SIZE(entry)) {
-        PyErr_Format(PyExc_ValueError, "plan node %R: missing item %zd", entry, i);
-        return -1;
-    }
-    long v = PyLong_AsLong(PyTuple_GET_ITEM(entry, i));
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < min || v > max) {
-        PyErr_Format(PyExc_ValueError, "plan node %R: item %zd out of range", entry, i);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static PyObject *plan_item(PyObject *entry, Py_ssize_t i, PyTypeObject *type)
-{
-    if (i >= PyTuple_GET_SIZE(entry)) {
-        PyErr_Format(PyExc_ValueError, "plan node %R: missing item %zd", entry, i);
-        return NULL;
-    }
-    PyObject *v = PyTuple_GET_ITEM(entry, i);
-    if (type != NULL && !PyObject_TypeCheck(v, type)) {
-        PyErr_Format(PyExc_TypeError, "plan node %R: item %zd must be %s", entry, i, type->tp_name);
-        return NULL;
-    }
-    return v;
-}
-
-/* children: a tuple of node indexes, each checked against the node count */
-static int plan_children(PlanNode *node, PyObject *indexes, Py_ssize_t n_nodes)
-{
-    Py_ssize_t n = PyTuple_GET_SIZE(indexes);
-    node->children = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Py_ssize_t));
-    if (node->children == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long v;
-        if (plan_int(indexes, i, 0, (long)n_nodes - 1, &v) < 0)
-            return -1;
-        node->children[i] = v;
-    }
-    node->count = n;
-    return 0;
-}
-
 static int plan_node(PlanNode *node, PyObject *entry, Py_ssize_t n_nodes)
 {
-    long kind, a, b, fast;
+    long long kind, a, b, fast;
     PyObject *x, *y;
     if (!PyTuple_Check(entry)) {
         PyErr_SetString(PyExc_TypeError, "plan nodes must be tuples");
         return -1;
     }
-    if (plan_int(entry, 0, 0, K_COUNT - 1, &kind) < 0)
+    if (pt_int(entry, 0, 0, K_COUNT - 1, &kind) < 0)
         return -1;
     node->kind = (int)kind;
     switch (kind) {
     case K_DECIMAL:
-        if (plan_int(entry, 1, 1, INT_MAX, &a) < 0 || plan_int(entry, 2, INT_MIN, INT_MAX, &b) < 0
-            || plan_int(entry, 3, 0, 1, &fast) < 0 || (x = plan_item(entry, 4, NULL)) == NULL
-            || (y = plan_item(entry, 5, NULL)) == NULL)
+        if (pt_int(entry, 1, 1, INT_MAX, &a) < 0 || pt_int(entry, 2, INT_MIN, INT_MAX, &b) < 0
+            || pt_int(entry, 3, 0, 1, &fast) < 0 || (x = pt_item(entry, 4, NULL)) == NULL
+            || (y = pt_item(entry, 5, NULL)) == NULL)
             return -1;
         if (fast && (b < 0 || b > 999999)) {
             PyErr_Format(PyExc_ValueError, "plan node %R: the fast path needs 0 <= scale <= 999999", entry);
@@ -654,42 +606,34 @@ static int plan_node(PlanNode *node, PyObject *entry, Py_ssize_t n_nodes)
         node->decimal_type = y;
         return 0;
     case K_DECIMAL_TEXT:
-        return (node->decimal_type = plan_item(entry, 1, NULL)) == NULL ? -1 : 0;
+        return (node->decimal_type = pt_item(entry, 1, NULL)) == NULL ? -1 : 0;
     case K_ENUM:
-        if ((x = plan_item(entry, 1, &PyTuple_Type)) == NULL)
+        if ((x = pt_item(entry, 1, &PyTuple_Type)) == NULL)
             return -1;
         node->names = x;
         node->count = PyTuple_GET_SIZE(x);
         return 0;
     case K_FIXED:
-        if (plan_int(entry, 1, 0, LONG_MAX, &a) < 0)
+        if (pt_int(entry, 1, 0, PY_SSIZE_T_MAX, &a) < 0)
             return -1;
         node->size = a;
         return 0;
     case K_RECORD:
-        if ((x = plan_item(entry, 1, &PyTuple_Type)) == NULL || (y = plan_item(entry, 2, &PyTuple_Type)) == NULL)
+        if ((x = pt_item(entry, 1, &PyTuple_Type)) == NULL || (y = pt_item(entry, 2, &PyTuple_Type)) == NULL)
             return -1;
         if (PyTuple_GET_SIZE(x) != PyTuple_GET_SIZE(y)) {
             PyErr_Format(PyExc_ValueError, "plan node %R: keys and children differ in length", entry);
             return -1;
         }
         node->names = x;
-        return plan_children(node, y, n_nodes);
+        return pt_children(y, n_nodes, &node->children, &node->count);
     case K_UNION:
-        if ((x = plan_item(entry, 1, &PyTuple_Type)) == NULL)
+        if ((x = pt_item(entry, 1, &PyTuple_Type)) == NULL)
             return -1;
-        return plan_children(node, x, n_nodes);
+        return pt_children(x, n_nodes, &node->children, &node->count);
     case K_ARRAY:
     case K_MAP:  /* one child, the item / value node, at item 1 */
-        if (plan_int(entry, 1, 0, (long)n_nodes - 1, &a) < 0)
-            return -1;
-        if ((node->children = PyMem_Malloc(sizeof(Py_ssize_t))) == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        node->children[0] = a;
-        node->count = 1;
-        return 0;
+        return pt_one_child(entry, 1, n_nodes, &node->children, &node->count);
     default:
         return 0;
     }

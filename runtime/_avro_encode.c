@@ -40,6 +40,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "plantuple.h"
 #include "tidbtext.h"
 
 enum {
@@ -806,61 +807,11 @@ static PyObject *Plan_vectorcall(PyObject *self, PyObject *const *args, size_t n
     return PyObject_CallOneArg(plan->fallback, args[0]);
 }
 
-static int plan_int(PyObject *entry, Py_ssize_t i, long long min, long long max, long long *out)
-{
-    if (i >= PyTuple_GET_SIZE(entry)) {
-        PyErr_Format(PyExc_ValueError, "plan node %R: missing item %zd", entry, i);
-        return -1;
-    }
-    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, i));
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < min || v > max) {
-        PyErr_Format(PyExc_ValueError, "plan node %R: item %zd out of range", entry, i);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static PyObject *plan_item(PyObject *entry, Py_ssize_t i, PyTypeObject *type)
-{
-    if (i >= PyTuple_GET_SIZE(entry)) {
-        PyErr_Format(PyExc_ValueError, "plan node %R: missing item %zd", entry, i);
-        return NULL;
-    }
-    PyObject *v = PyTuple_GET_ITEM(entry, i);
-    if (type != NULL && Py_TYPE(v) != type) {
-        PyErr_Format(PyExc_TypeError, "plan node %R: item %zd must be %s", entry, i, type->tp_name);
-        return NULL;
-    }
-    return v;
-}
-
-/* children: a tuple of node indexes, each checked against the node count */
-static int plan_children(PlanNode *node, PyObject *indexes, Py_ssize_t n_nodes)
-{
-    Py_ssize_t n = PyTuple_GET_SIZE(indexes);
-    node->children = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Py_ssize_t));
-    if (node->children == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long v;
-        if (plan_int(indexes, i, 0, (long long)n_nodes - 1, &v) < 0)
-            return -1;
-        node->children[i] = (Py_ssize_t)v;
-    }
-    node->count = n;
-    return 0;
-}
-
 static int plan_bigint(PlanNode *node, PyObject *entry)
 {
     long long precision;
     PyObject *limit;
-    if (plan_int(entry, 1, INT_MIN, INT_MAX, &precision) < 0 || (limit = plan_item(entry, 2, NULL)) == NULL)
+    if (pt_int(entry, 1, INT_MIN, INT_MAX, &precision) < 0 || (limit = pt_item(entry, 2, NULL)) == NULL)
         return -1;
     if (precision > 0 ? !PyLong_CheckExact(limit) : limit != Py_None) {
         PyErr_Format(PyExc_TypeError, "plan node %R: the limit must be 10**precision, or None without one", entry);
@@ -880,14 +831,14 @@ static int plan_bigint(PlanNode *node, PyObject *entry)
 static int plan_union(PlanNode *node, PyObject *entry, Py_ssize_t n_nodes)
 {
     PyObject *numbers, *children;
-    if ((numbers = plan_item(entry, 1, &PyTuple_Type)) == NULL
-        || (children = plan_item(entry, 2, &PyTuple_Type)) == NULL)
+    if ((numbers = pt_item(entry, 1, &PyTuple_Type)) == NULL
+        || (children = pt_item(entry, 2, &PyTuple_Type)) == NULL)
         return -1;
     if (PyTuple_GET_SIZE(numbers) != PyTuple_GET_SIZE(children)) {
         PyErr_Format(PyExc_ValueError, "plan node %R: branch numbers and children differ in length", entry);
         return -1;
     }
-    if (plan_children(node, children, n_nodes) < 0)
+    if (pt_children(children, n_nodes, &node->children, &node->count) < 0)
         return -1;
     node->numbers = PyMem_Calloc(node->count > 0 ? (size_t)node->count : 1, sizeof(int64_t));
     if (node->numbers == NULL) {
@@ -896,7 +847,7 @@ static int plan_union(PlanNode *node, PyObject *entry, Py_ssize_t n_nodes)
     }
     for (Py_ssize_t i = 0; i < node->count; i++) {
         long long v;
-        if (plan_int(numbers, i, 0, INT64_MAX, &v) < 0)
+        if (pt_int(numbers, i, 0, INT64_MAX, &v) < 0)
             return -1;
         node->numbers[i] = v;
     }
@@ -911,50 +862,42 @@ static int plan_node(PlanNode *node, PyObject *entry, Py_ssize_t n_nodes)
         PyErr_SetString(PyExc_TypeError, "plan nodes must be tuples");
         return -1;
     }
-    if (plan_int(entry, 0, 0, K_COUNT - 1, &kind) < 0)
+    if (pt_int(entry, 0, 0, K_COUNT - 1, &kind) < 0)
         return -1;
     node->kind = (int)kind;
     switch (kind) {
     case K_BIGINT:
         return plan_bigint(node, entry);
     case K_DECIMAL:
-        if (plan_int(entry, 1, 1, INT_MAX, &a) < 0 || plan_int(entry, 2, INT_MIN, INT_MAX, &b) < 0)
+        if (pt_int(entry, 1, 1, INT_MAX, &a) < 0 || pt_int(entry, 2, INT_MIN, INT_MAX, &b) < 0)
             return -1;
         node->precision = (int)a;
         node->scale = (int)b;
         return 0;
     case K_ENUM:
-        if ((x = plan_item(entry, 1, &PyDict_Type)) == NULL)
+        if ((x = pt_item(entry, 1, &PyDict_Type)) == NULL)
             return -1;
         node->index_of = x;
         return 0;
     case K_FIXED:
-        if (plan_int(entry, 1, 0, PY_SSIZE_T_MAX, &a) < 0)
+        if (pt_int(entry, 1, 0, PY_SSIZE_T_MAX, &a) < 0)
             return -1;
         node->size = (Py_ssize_t)a;
         return 0;
     case K_RECORD:
-        if ((x = plan_item(entry, 1, &PyTuple_Type)) == NULL || (y = plan_item(entry, 2, &PyTuple_Type)) == NULL)
+        if ((x = pt_item(entry, 1, &PyTuple_Type)) == NULL || (y = pt_item(entry, 2, &PyTuple_Type)) == NULL)
             return -1;
         if (PyTuple_GET_SIZE(x) != PyTuple_GET_SIZE(y)) {
             PyErr_Format(PyExc_ValueError, "plan node %R: keys and children differ in length", entry);
             return -1;
         }
         node->keys = x;
-        return plan_children(node, y, n_nodes);
+        return pt_children(y, n_nodes, &node->children, &node->count);
     case K_UNION:
         return plan_union(node, entry, n_nodes);
     case K_ARRAY:
     case K_MAP:  /* one child, the item / value node, at item 1 */
-        if (plan_int(entry, 1, 0, (long long)n_nodes - 1, &a) < 0)
-            return -1;
-        if ((node->children = PyMem_Malloc(sizeof(Py_ssize_t))) == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        node->children[0] = (Py_ssize_t)a;
-        node->count = 1;
-        return 0;
+        return pt_one_child(entry, 1, n_nodes, &node->children, &node->count);
     default:
         return 0;
     }
