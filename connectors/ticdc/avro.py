@@ -26,7 +26,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.validation import validate as _fastavro_validate
 
 from cdcflow.avro_codegen import Generator, Unsupported
-from cdcflow.errors import ConfigError, SchemaError
+from cdcflow.avro_values import codec_for
+from cdcflow.errors import ConfigError, ConversionError, SchemaError
 from cdcflow.record import Record
 from cdcflow.tidb import (
     BINARY_TYPES,
@@ -40,7 +41,6 @@ from cdcflow.tidb import (
     parse_datetime,
     parse_time,
 )
-from cdcflow.varint import read_uvarint
 
 from .errors import MalformedMessage, UnknownSchema, UnrepresentableValue, UnsupportedEvent
 from .events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, from_record, to_records
@@ -62,7 +62,6 @@ EXTRA_CHECKSUM_VERSION = "ticdc.checksum-version"
 
 _HEADER = struct.Struct(">bI")
 _U64 = struct.Struct(">Q")
-_U9 = struct.Struct("9B")
 _F32 = struct.Struct("<f")
 _2_63, _2_64 = 1 << 63, 1 << 64
 _INT_RANGES = {
@@ -471,34 +470,123 @@ def _raiser(table: str, col: Column) -> Callable[[Any, str], None]:
     return fail
 
 
-def _compile_row_converter(columns, fnames, opts: AvroOptions, table: str) -> Callable[[dict], dict]:
-    """One generated function per table: native row -> Avro datum, with every
-    column's check inlined (no per-column call for ints, doubles, enums)."""
-    env: dict[str, Any] = {"_int": int, "_float": float}
-    lines = ["def convert(row):"]
+def _compile_row_converter(columns, fnames, opts: AvroOptions, table: str,
+                           extension: bool = False) -> Callable[..., dict]:
+    """One generated function per table: native row -> Avro datum, every column's
+    check and conversion inlined (``_inline_conversion``; no call per column for the
+    usual types). With ``extension`` it is ``convert(row, op, commit_ts, physical_time)``
+    and the datum ends with the three ``_tidb_*`` fields."""
+    env: dict[str, Any] = {"_int": int, "_float": float, "_str": str, "_Decimal": decimal.Decimal,
+                           "_date": datetime.date, "_datetime": datetime.datetime,
+                           "_timedelta": datetime.timedelta, "_scaleb": decimal.Decimal.scaleb,
+                           "_EXACT": _EXACT, "_pack": _F32.pack, "_unpack": _F32.unpack,
+                           "_format_time": format_time}
+    lines = ["def convert(row, op, commit_ts, physical_time):" if extension else "def convert(row):"]
     items = []
     for i, (col, fname) in enumerate(zip(columns, fnames)):
         env[f"_bad{i}"] = _raiser(table, col)
         lines.append(f"    v = row[{col.name!r}]")
         lines.append("    if v is not None:")
-        t = col.type
-        if t in _INT_RANGES and not (t == "BIGINT" and col.unsigned) or t == "YEAR":
-            lo, hi = (0, 2155) if t == "YEAR" else _INT_RANGES[t][1 if col.unsigned else 0]
-            lines.append(f"        if type(v) is not _int or not {lo} <= v <= {hi}: _bad{i}(v, 'not a {t} value')")
-        elif t == "DOUBLE":
-            lines.append(f"        if type(v) is not _float: _bad{i}(v, 'DOUBLE needs a float')")
-        else:
+        body = _inline_conversion(col, opts, i, env)
+        if body is None:
             conv = _encoder_for(col, opts, table)
+            body = ["pass"] if conv is None else [f"v = _conv{i}(v)"]
             if conv is not None:
                 env[f"_conv{i}"] = conv
-                lines.append(f"        v = _conv{i}(v)")
-            else:
-                lines.append("        pass")
+        lines += ["        " + line for line in body]
         lines.append(f"    d{i} = v")
         items.append(f"{fname!r}: d{i}")
+    if extension:
+        items += [f"{OP_FIELD!r}: op", f"{COMMIT_TS_FIELD!r}: commit_ts", f"{PHYSICAL_TIME_FIELD!r}: physical_time"]
     lines.append("    return {" + ", ".join(items) + "}")
     exec(compile("\n".join(lines), f"<avro converter {table}>", "exec"), env)  # noqa: S102 - generated from column facts
     return env["convert"]
+
+
+def _date_text_memo(limit: int = 4096) -> tuple[dict[datetime.date, str], Callable[[datetime.date], str]]:
+    """(memo, format): ``memo.get(d) or format(d)`` is ``format_date(d)``, each date formatted once."""
+    memo: dict[datetime.date, str] = {}
+
+    def format_once(d: datetime.date) -> str:
+        text = d.isoformat()
+        if len(memo) >= limit:
+            memo.clear()
+        memo[d] = text
+        return text
+    return memo, format_once
+
+
+def _inline_conversion(col: Column, opts: AvroOptions, i: int, env: dict[str, Any]) -> list[str] | None:
+    """Source lines (run when ``v`` is not None) that check and convert ``v`` as
+    ``_encoder_for(col)`` does, raising the same error through ``_bad<i>``; None for
+    the rare shapes left to that converter. Why: a call per column (the converter,
+    then ``format_*``) cost more than the work itself."""
+    t = col.type
+    bad = f"_bad{i}"
+    if t in _INT_RANGES and not (t == "BIGINT" and col.unsigned) or t == "YEAR":
+        lo, hi = (0, 2155) if t == "YEAR" else _INT_RANGES[t][1 if col.unsigned else 0]
+        return [f"if type(v) is not _int or not {lo} <= v <= {hi}: {bad}(v, 'not a {t} value')"]
+    if t == "BIGINT":  # unsigned
+        check = f"if type(v) is not _int or not 0 <= v < {_2_64}: {bad}(v, 'not a BIGINT UNSIGNED value')"
+        if opts.bigint_unsigned_handling_mode == "string":
+            return [check, "v = _str(v)"]
+        return [check, f"if v >= {_2_63}: v -= {_2_64}"]  # long mode wraps above 2^63-1, as TiCDC does
+    if t == "DOUBLE":
+        return [f"if type(v) is not _float: {bad}(v, 'DOUBLE needs a float')"]
+    if t == "FLOAT":
+        return [f"if type(v) is not _float: {bad}(v, 'FLOAT needs a float')",
+                "if v == v:",  # NaN passes, as in _encoder_for
+                "    try:",
+                "        exact = _unpack(_pack(v))[0] == v",
+                "    except OverflowError:",
+                "        exact = False",
+                f"    if not exact: {bad}(v, 'value is not exact in a 32-bit FLOAT')"]
+    if t == "BIT":
+        width = col.length if col.length is not None else 64
+        return [f"if type(v) is not _int or not 0 <= v < {1 << width}: {bad}(v, 'not a BIT({width}) value')",
+                "v = v.to_bytes((v.bit_length() + 7) // 8 or 1, 'big')"]
+    if t == "DECIMAL" and opts.decimal_handling_mode == "precise" and col.scale is not None:
+        scale = col.scale
+        precision = col.precision if col.precision is not None else 10
+        limit = 10 ** precision
+        return [f"if type(v) is not _Decimal or not v.is_finite(): {bad}(v, 'DECIMAL needs a finite Decimal')",
+                f"q = _scaleb(v, {scale}, _EXACT)",
+                "n = _int(q)",
+                f"if n != q: {bad}(v, 'more fractional digits than DECIMAL({precision},{scale}) holds')",
+                f"if not -{limit} < n < {limit}: {bad}(v, 'does not fit DECIMAL({precision},{scale})')",
+                # shortest big-endian two's complement, as TiCDC writes (_decimal_bytes_conv)
+                "v = n.to_bytes((n.bit_length() if n >= 0 else (~n).bit_length()) // 8 + 1, 'big', signed=True)"]
+    if t == "ENUM" and col.elements:
+        env[f"_members{i}"] = frozenset(col.elements)
+        return [f"if v not in _members{i} and v != '': {bad}(v, 'not a member of the ENUM')"]
+    if t == "DATE":  # dates repeat: each formatted once (a bounded memo per converter)
+        env[f"_dtext{i}"], env[f"_dformat{i}"] = _date_text_memo()
+        return [f"if type(v) is not _date: {bad}(v, 'DATE needs a datetime.date')",
+                f"v = _dtext{i}.get(v) or _dformat{i}(v)"]
+    fsp = col.fsp
+    if t in ("DATETIME", "TIMESTAMP", "TIME") and fsp is not None and not 0 <= fsp <= 6:
+        return None
+    fraction = [] if fsp is None else [
+        f"if v.{'microseconds' if t == 'TIME' else 'microsecond'} % {10 ** (6 - fsp)}: "
+        f"{bad}(v, \"fraction finer than the column's fsp {fsp}\")"]
+    if t in ("DATETIME", "TIMESTAMP"):
+        check = f"if type(v) is not _datetime or v.tzinfo is not None: {bad}(v, '{t} needs a naive datetime.datetime')"
+        if not fsp:  # None: isoformat's six digits when non-zero; 0: no fraction (checked above)
+            return [check, *fraction, "v = v.isoformat(' ')"]
+        return [check, *fraction,  # the fraction cut or padded to fsp digits (format_datetime)
+                f"v = v.isoformat(' ')[:{20 + fsp}] if v.microsecond else v.isoformat(' ') + '.{'0' * fsp}'"]
+    if t == "TIME":
+        # within one day str(timedelta) is "H:MM:SS[.ffffff]": format_time's text once the hour has two
+        # digits and the fraction fsp digits; other TIMEs (negative, 24 h and more) through format_time
+        text = "t" if not fsp else f"t[:{9 + fsp}] if v.microseconds else t + '.{'0' * fsp}'"
+        return [f"if type(v) is not _timedelta: {bad}(v, 'TIME needs a datetime.timedelta')", *fraction,
+                "if v.days == 0:",
+                "    t = _str(v)",
+                "    if v.seconds < 36000: t = '0' + t",
+                f"    v = {text}",
+                "else:",
+                f"    v = _format_time(v, {fsp})"]
+    return None
 
 
 # --------------------------------------------------------------------------- encoder
@@ -506,16 +594,39 @@ def _compile_row_converter(columns, fnames, opts: AvroOptions, table: str) -> Ca
 
 @dataclasses.dataclass
 class _EncodePlan:
-    value_schema: Any  # parsed
+    value_schema: Any  # parsed (fastavro): the reference writer for datums the codec refuses
     key_schema: Any | None
     value_id: int
     key_id: int | None
     names: frozenset  # column names a row must have
+    width: int  # how many
     key_names: tuple[str, ...]
     convert: Callable[[dict], dict]  # row -> value datum (generated per table)
     convert_key: Callable[[dict], dict] | None
     value_fields: dict  # avro field name -> field schema (error diagnosis)
     key_fields: dict
+    write_value: Callable[[dict], bytes]  # datum -> Avro body (cdcflow's compiled writer)
+    write_key: Callable[[dict], bytes] | None
+    value_head: bytes  # 0x00 + 4-byte schema id
+    key_head: bytes
+
+
+def _codec_schema(schema: dict) -> dict:
+    """The schema ``cdcflow.avro_values`` writes datums with: the registered one minus what the
+    datum already settles. Decimal blocks lose their logical type (the converter writes TiCDC's
+    shortest two's complement itself; Avro's decimal encoding pads negative values differently),
+    and ``cdcflow.name`` goes (the codec would key the datum by it; converters key by field name).
+    Same Avro binary layout, so the bytes are those of the registered schema."""
+    def plain(t: Any) -> Any:
+        if isinstance(t, list):
+            return [plain(b) for b in t]
+        if isinstance(t, dict) and t.get("logicalType") == "decimal":
+            return {k: v for k, v in t.items() if k not in ("logicalType", "precision", "scale")}
+        return t
+
+    fields = [{k: (plain(v) if k == "type" else v) for k, v in f.items() if k != NAME_PROP}
+              for f in schema["fields"]]
+    return {k: v for k, v in schema.items() if k != TABLE_PROP} | {"fields": fields}
 
 
 class AvroEncoder:
@@ -558,15 +669,20 @@ class AvroEncoder:
         try:
             parsed_v = parse_schema(vschema)
             parsed_k = parse_schema(kschema) if kschema else None
+            write_value = codec_for(_codec_schema(vschema)).encoder()
+            write_key = codec_for(_codec_schema(kschema)).encoder() if kschema else None
         except Exception as e:  # noqa: BLE001 - a schema fastavro rejects is our bug or a bad default
             raise UnsupportedEvent(CODEC, table.collection, f"schema rejected by Avro: {e}") from None
         return _EncodePlan(
             parsed_v, parsed_k, value_id, key_id,
-            frozenset(c.name for c in table.columns), tuple(c.name for c in table.handle_key),
-            _compile_row_converter(table.columns, _unique_field_names(table.columns, table), opts, table.collection),
+            frozenset(c.name for c in table.columns), len(table.columns), tuple(c.name for c in table.handle_key),
+            _compile_row_converter(table.columns, _unique_field_names(table.columns, table), opts, table.collection,
+                                   extension=opts.enable_tidb_extension),
             _compile_row_converter(table.handle_key, _unique_field_names(table.handle_key, table), opts,
                                    table.collection) if kschema else None,
             {f["name"]: f for f in vschema["fields"]}, {f["name"]: f for f in kschema["fields"]} if kschema else {},
+            write_value, write_key, _HEADER.pack(MAGIC, value_id),
+            _HEADER.pack(MAGIC, key_id) if key_id is not None else b"",
         )
 
     def _register(self, subject: str, text: str) -> int:
@@ -579,9 +695,13 @@ class AvroEncoder:
     def encode(self, events: Iterable[Event], topic: str) -> list[tuple[bytes | None, bytes | None] | None]:
         out: list = []
         append = out.append
+        table = plan = None
         for ev in events:
             if type(ev) is RowChange:
-                append(self._encode_row(ev, topic))
+                if ev.table is not table:  # runs of one table's rows share the plan lookup
+                    table = ev.table
+                    plan = self._plan(table, topic)
+                append(self._encode_row(ev, plan))
             else:
                 append(self._encode_control(ev))
         return out
@@ -593,47 +713,45 @@ class AvroEncoder:
         """OpenCDC records -> messages (the column model from each record's schema)."""
         return self.encode([from_record(r, store) for r in records], topic)
 
-    def _encode_row(self, ev: RowChange, topic: str) -> tuple[bytes | None, bytes | None]:
-        table = ev.table
-        plan = self._plan(table, topic)
+    def _encode_row(self, ev: RowChange, plan: _EncodePlan) -> tuple[bytes | None, bytes | None]:
         row = ev.row
-        coll = table.collection
         if row is None:
-            raise UnsupportedEvent(CODEC, coll, "row change without a row")
-        if plan.key_schema is None and ev.kind == DELETE:
-            raise UnsupportedEvent(CODEC, coll, "a DELETE needs a handle key: Avro sends only the key")
+            raise UnsupportedEvent(CODEC, ev.table.collection, "row change without a row")
+        kind = ev.kind
         key_bytes = None
         if plan.key_schema is not None:
             try:
                 key_datum = plan.convert_key(row)
             except KeyError as e:
-                raise UnrepresentableValue(CODEC, coll, e.args[0], None, "handle-key column missing from the row")
-            key_bytes = self._write(plan.key_schema, plan.key_id, key_datum, plan.key_fields, coll)
-        if ev.kind == DELETE:
+                raise UnrepresentableValue(CODEC, ev.table.collection, e.args[0], None,
+                                           "handle-key column missing from the row")
+            try:
+                key_bytes = plan.key_head + plan.write_key(key_datum)
+            except ConversionError:  # not a value the strict writer takes: fastavro writes or names the column
+                key_bytes = _write_reference(plan.key_schema, plan.key_head, key_datum, plan.key_fields,
+                                             ev.table.collection)
+        elif kind == DELETE:
+            raise UnsupportedEvent(CODEC, ev.table.collection, "a DELETE needs a handle key: Avro sends only the key")
+        if kind == DELETE:
             return key_bytes, None
-        if row.keys() != plan.names:
-            missing = sorted(plan.names - row.keys())
-            extra = sorted(row.keys() - plan.names)
-            name = (missing or extra)[0]
-            raise UnrepresentableValue(CODEC, coll, name, row.get(name),
-                                       f"row does not match the table's columns (missing {missing}, extra {extra})")
-        datum = plan.convert(row)
-        if self.options.enable_tidb_extension:
-            datum[OP_FIELD] = "c" if ev.kind == INSERT else "u"
-            ts = ev.commit_ts
-            datum[COMMIT_TS_FIELD] = ts - _2_64 if ts >= _2_63 else ts
-            datum[PHYSICAL_TIME_FIELD] = ts >> 18
-        return key_bytes, self._write(plan.value_schema, plan.value_id, datum, plan.value_fields, coll)
-
-    @staticmethod
-    def _write(schema: Any, schema_id: int, datum: dict, fields: dict, coll: str) -> bytes:
-        buf = io.BytesIO()
-        buf.write(_HEADER.pack(MAGIC, schema_id))
+        # the converter reads every column, so a row of the right size that converts has exactly the
+        # table's columns; otherwise the column check runs first, as its error comes first
         try:
-            schemaless_writer(buf, schema, datum)
-        except Exception as e:  # noqa: BLE001 - find the column and say so
-            raise _diagnose(datum, fields, coll, e) from None
-        return buf.getvalue()
+            if self.options.enable_tidb_extension:
+                ts = ev.commit_ts
+                datum = plan.convert(row, "c" if kind == INSERT else "u", ts - _2_64 if ts >= _2_63 else ts, ts >> 18)
+            else:
+                datum = plan.convert(row)
+        except Exception:
+            _check_columns(plan, row, ev.table.collection)
+            raise
+        if len(row) != plan.width:
+            _check_columns(plan, row, ev.table.collection)
+        try:
+            return key_bytes, plan.value_head + plan.write_value(datum)
+        except ConversionError:  # as for the key
+            return key_bytes, _write_reference(plan.value_schema, plan.value_head, datum, plan.value_fields,
+                                               ev.table.collection)
 
     def _encode_control(self, ev: Event) -> tuple[None, bytes] | None:
         opts = self.options
@@ -646,6 +764,28 @@ class AvroEncoder:
                     "schema": ev.schema, "table": ev.table_name, "commitTs": ev.commit_ts}
             return None, bytes([DDL_BYTE]) + _go_json(body).encode()
         raise TypeError(f"not a TiCDC event: {type(ev).__name__}")
+
+
+def _check_columns(plan: _EncodePlan, row: dict, coll: str) -> None:
+    """Raises when ``row`` does not have exactly the table's columns, naming the first odd one."""
+    if row.keys() != plan.names:
+        missing = sorted(plan.names - row.keys())
+        extra = sorted(row.keys() - plan.names)
+        name = (missing or extra)[0]
+        raise UnrepresentableValue(CODEC, coll, name, row.get(name),
+                                   f"row does not match the table's columns (missing {missing}, extra {extra})")
+
+
+def _write_reference(schema: Any, head: bytes, datum: dict, fields: dict, coll: str) -> bytes:
+    """fastavro's writer, for a datum cdcflow's strict writer refused: it writes what fastavro
+    also accepts (a bytearray for bytes) as before, or fails and the column is named."""
+    buf = io.BytesIO()
+    buf.write(head)
+    try:
+        schemaless_writer(buf, schema, datum)
+    except Exception as e:  # noqa: BLE001 - find the column and say so
+        raise _diagnose(datum, fields, coll, e) from None
+    return buf.getvalue()
 
 
 def _diagnose(datum: dict, fields: dict, coll: str, error: Exception) -> UnrepresentableValue:
@@ -827,186 +967,97 @@ def _date_memo(limit: int = 4096) -> tuple[dict[str, datetime.date], Callable[[s
 class _RowReaderGen(Generator):
     """One function per TiCDC schema: ``read(message, commit_ts, kind) -> RowChange``.
 
-    Why: fastavro walks its parsed schema per message (≈ 0.25 µs per nullable
-    column for the union alone) and the codec then converts columns and pops
-    the ``_tidb_*`` fields in a second pass. Here each field of these flat rows
-    is read (varints inline), converted and placed in the row in one pass over
-    the Confluent-framed bytes. Anything unexpected (truncation, a bad union
-    index, invalid UTF-8, a value out of its column's range, trailing bytes)
-    raises; ``AvroDecoder`` then reruns the fastavro path, which names the
-    problem, so errors stay exactly as before.
+    Why: cdcflow's Avro reader (``Codec.decoder()``: the compiled kernel when built, else
+    generated Python) reads the body into a dict in one pass, where fastavro walks its
+    parsed schema per message; this function then converts only the columns that need it
+    (unsigned BIGINT, DECIMAL bytes, temporal texts, BIT) and builds the row in table order.
+    Anything unexpected (truncation, a bad union index, invalid UTF-8, a value out of its
+    column's range, trailing bytes, an unknown ``_tidb_op``) raises; ``AvroDecoder`` then
+    reruns the fastavro path, which names the problem, so errors stay exactly as before.
     """
 
     label = "<cdcflow ticdc avro row reader>"
 
-    def _varint(self, i: int, off: int) -> str:
-        """Unsigned varint starting at ``p + off`` into a new variable; ``p`` ends past it.
-        Up to three bytes inline (small ints), longer ones in ``varint.read_uvarint``."""
-        s = self.src
-        z, b = s.var("z"), s.var("b")
-        at = f"p + {off}" if off else "p"
-        s.emit(i, f"{z} = d[{at}]")
-        s.emit(i, f"if {z} < 128:")
-        s.emit(i + 1, f"p += {off + 1}")
-        s.emit(i, "else:")
-        s.emit(i + 1, f"{b} = d[p + {off + 1}]")
-        s.emit(i + 1, f"if {b} < 128:")
-        s.emit(i + 2, f"{z} = ({z} & 127) | {b} << 7")
-        s.emit(i + 2, f"p += {off + 2}")
-        s.emit(i + 1, "else:")
-        c = s.var("c")
-        s.emit(i + 2, f"{c} = d[p + {off + 2}]")
-        s.emit(i + 2, f"if {c} < 128:")
-        s.emit(i + 3, f"{z} = ({z} & 127) | ({b} & 127) << 7 | {c} << 14")
-        s.emit(i + 3, f"p += {off + 3}")
-        s.emit(i + 2, "else:")
-        s.emit(i + 3, f"{z}, p = _vtail(d, p + {off + 3}, ({z} & 127) | ({b} & 127) << 7 | ({c} & 127) << 14, 21)")
-        return z
-
-    def _commit_ts(self, i: int) -> str:
-        """The commit ts long: a TSO is 9 varint bytes, read as two small-int halves (a byte loop
-        would shift big ints); other lengths take the general path."""
-        s = self.src
-        v = s.var("v")
-        b = [s.var("b") for _ in range(9)]
-        s.emit(i, "if p + 9 <= len(d):")
-        s.emit(i + 1, f"{', '.join(b)} = _u9(d, p)")
-        s.emit(i, "else:")
-        s.emit(i + 1, f"{b[8]} = 128")
-        s.emit(i, f"if {b[8]} < 128 and ({' & '.join(b[:8])}) > 127:")
-        s.emit(i + 1, f"{v} = (({b[0]} & 127) | ({b[1]} & 127) << 7 | ({b[2]} & 127) << 14 | ({b[3]} & 127) << 21"
-                      f" | (({b[4]} & 127) | ({b[5]} & 127) << 7 | ({b[6]} & 127) << 14 | ({b[7]} & 127) << 21"
-                      f" | {b[8]} << 28) << 28)")
-        s.emit(i + 1, "p += 9")
-        s.emit(i, "else:")
-        z = self._varint(i + 1, 0)
-        s.emit(i + 1, f"{v} = {z}")
-        s.emit(i, f"{v} = ({v} >> 1) ^ -({v} & 1)")
-        return v
-
-    def _scalar(self, base: str, decimal_ps: tuple[int, int] | None, v: str, i: int, off: int) -> None:
-        """Read one value of an Avro primitive starting at ``p + off`` into ``v``."""
-        s = self.src
-        if base in ("int", "long"):
-            z = self._varint(i, off)
-            s.emit(i, f"{v} = ({z} >> 1) ^ -({z} & 1)")
-        elif base in ("float", "double"):
-            fn, size = ("_uf", 4) if base == "float" else ("_ud", 8)
-            s.emit(i, f"{v} = {fn}(d, {f'p + {off}' if off else 'p'})[0]")
-            s.emit(i, f"p += {off + size}")
-        else:  # string, bytes: zig-zag length, never negative
-            z = self._varint(i, off)
-            e = s.var("e")
-            s.emit(i, f"if {z} & 1:")
-            s.emit(i + 1, "raise _M")
-            s.emit(i, f"{e} = p + ({z} >> 1)")
-            if base == "string":
-                s.emit(i, f"{v} = d[p:{e}].decode()")
-            elif decimal_ps is None:
-                s.emit(i, f"{v} = d[p:{e}]")
-            else:  # what _decimal_from_unscaled does
-                precision, scale = decimal_ps
-                s.emit(i, f"{v} = _from_bytes(d[p:{e}], 'big', signed=True)")
-                s.emit(i, f"if not -{10 ** precision} < {v} < {10 ** precision}:")
-                s.emit(i + 1, "raise _M")
-                unit = s.const(decimal.Decimal((0, (1,), -scale)), "_unit")
-                s.emit(i, f"{v} = _mul(_Decimal({v}), {unit})")
-            s.emit(i, f"p = {e}")  # past the end: the final length check catches it
-
-    def _field(self, ftype: Any, decimal_ps: tuple[int, int] | None, i: int) -> tuple[str, bool]:
-        """Emit reading one field; (variable, nullable). Unsupported for types left to fastavro."""
+    @staticmethod
+    def _check_field(ftype: Any) -> bool:
+        """Whether the field is nullable; Unsupported unless it is ``T`` or a ``[null, T]`` union (either
+        order) of a plain primitive (or decimal bytes): the types the column converters expect."""
         branches = ftype if isinstance(ftype, list) else [ftype]
         if not 1 <= len(branches) <= 2 or branches.count("null") != len(branches) - 1:
             raise Unsupported("not a TiCDC column type")
-        index = next(k for k, b in enumerate(branches) if b != "null")
-        block = branches[index]
+        block = next(b for b in branches if b != "null")
         base = block.get("type") if isinstance(block, dict) else block
         if base not in _FAST_TYPES or isinstance(block, dict) and block.get("logicalType") not in (None, "decimal"):
             raise Unsupported("not a TiCDC column type")
-        s = self.src
-        v = s.var("v")
-        if len(branches) == 1:
-            self._scalar(base, decimal_ps, v, i, 0)
-            return v, False
-        u = s.var("u")
-        s.emit(i, f"{u} = d[p]")
-        s.emit(i, f"if {u} == {index * 2}:")
-        self._scalar(base, decimal_ps, v, i + 1, 1)
-        s.emit(i, f"elif {u} == {(1 - index) * 2}:")
-        s.emit(i + 1, "p += 1")
-        s.emit(i + 1, f"{v} = None")
-        s.emit(i, "else:")
-        s.emit(i + 1, "raise _M")
-        return v, True
+        return len(branches) == 2
 
     def build_reader(self, fields: list[dict], columns: list[tuple[Column, Callable | None]], table: TableSchema,
                      extension: bool) -> Callable[[bytes, int | None, str], RowChange]:
         """``kind`` is used when the schema has no ``_tidb_op``; Unsupported when a type is left to fastavro."""
+        nullable = [self._check_field(f["type"]) for f in fields]
+        try:
+            decode = codec_for(_codec_schema({"type": "record", "name": "row", "fields": list(fields)})).decoder()
+        except Exception as e:  # noqa: BLE001 - a schema the codec does not take stays with fastavro
+            raise Unsupported(f"schema the Avro codec refuses: {e}") from None
         s = self.src
-        s.ns.update(_RC=RowChange, _table=table, _INSERT=INSERT, _UPDATE=UPDATE, _vtail=read_uvarint,
-                    _u9=_U9.unpack_from, _mul=_EXACT.multiply)
+        s.ns.update(_RC=RowChange, _table=table, _INSERT=INSERT, _UPDATE=UPDATE, _decode=decode,
+                    _mul=_EXACT.multiply)
         s.emit(0, "def read(d, commit_ts, kind):")
-        s.emit(1, "p = 5")
+        s.emit(1, "x = _decode(d[5:])")
         items, roles = [], {}
         cols = iter(columns)
         in_extension = False  # from _tidb_op on every field is an extension field (as AvroDecoder._plan)
-        for n, f in enumerate(fields):
+        for f, null in zip(fields, nullable):
             name = f["name"]
             in_extension = in_extension or extension and name == OP_FIELD
             if in_extension and name not in (OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD):
                 raise Unsupported("extension fields beyond the three")
-            if in_extension and name == PHYSICAL_TIME_FIELD and n == len(fields) - 1 and f["type"] == "long":
-                # the last field, never used (commit ts >> 18): check it is one varint up to the end, skip it
-                t = s.var("t")
-                s.emit(1, f"{t} = d[p:]")
-                s.emit(1, f"if not (0 < len({t}) < 10 and {t}[-1] < 128 and (len({t}) == 1 or min({t}[:-1]) > 127)):")
-                s.emit(2, "raise _M")
-                s.emit(1, "p = len(d)")
-                continue
-            if in_extension and name == COMMIT_TS_FIELD and f["type"] == "long":
-                roles[name] = self._commit_ts(1)
-                continue
             if in_extension:
-                roles[name] = self._field(f["type"], None, 1)[0]
+                roles[name] = f"x[{name!r}]"
                 continue
             col, conv = next(cols)
+            v = s.var("v")
+            s.emit(1, f"{v} = x[{name!r}]")
+            items.append(f"{col.name!r}: {v}")
+            if conv is None:
+                continue
+            i = 1
+            if null:
+                s.emit(1, f"if {v} is not None:")
+                i = 2
             decimal_ps = getattr(conv, "decimal", None)
-            v, nullable = self._field(f["type"], decimal_ps, 1)
             if conv is _unwrap_u64:
-                s.emit(1, f"if {v} is not None and {v} < 0:" if nullable else f"if {v} < 0:")
-                s.emit(2, f"{v} += {_2_64}")
+                s.emit(i, f"if {v} < 0:")
+                s.emit(i + 1, f"{v} += {_2_64}")
             elif conv is parse_date:  # dates repeat: parse each text once (bounded memo per reader)
                 memo, parse = _date_memo()
                 m, c = s.const(memo, "_dm"), s.const(parse, "_dp")
-                if nullable:
-                    s.emit(1, f"if {v} is not None:")
-                    s.emit(2, f"{v} = {m}.get({v}) or {c}({v})")
-                else:
-                    s.emit(1, f"{v} = {m}.get({v}) or {c}({v})")
-            elif conv is not None and decimal_ps is None:
-                c = s.const(conv, "_c")
-                if nullable:
-                    s.emit(1, f"if {v} is not None:")
-                    s.emit(2, f"{v} = {c}({v})")
-                else:
-                    s.emit(1, f"{v} = {c}({v})")
-            items.append(f"{col.name!r}: {v}")
+                s.emit(i, f"{v} = {m}.get({v}) or {c}({v})")
+            elif decimal_ps is not None:  # what _decimal_from_unscaled does
+                precision, scale = decimal_ps
+                s.emit(i, f"{v} = _from_bytes({v}, 'big', signed=True)")
+                s.emit(i, f"if not -{10 ** precision} < {v} < {10 ** precision}:")
+                s.emit(i + 1, "raise _M")
+                unit = s.const(decimal.Decimal((0, (1,), -scale)), "_unit")
+                s.emit(i, f"{v} = _mul(_Decimal({v}), {unit})")
+            else:
+                s.emit(i, f"{v} = {s.const(conv, '_c')}({v})")
         if next(cols, None) is not None:
             raise Unsupported("fields and columns differ")
-        s.emit(1, "if p != len(d):")
-        s.emit(2, "raise _M")
         row = "{" + ", ".join(items) + "}"
         if extension:
             op, ts = roles[OP_FIELD], roles[COMMIT_TS_FIELD]
-            s.emit(1, f"if {op} == 'c':")
+            s.emit(1, f"op = {op}")
+            s.emit(1, "if op == 'c':")
             s.emit(2, "k = _INSERT")
-            s.emit(1, f"elif {op} == 'u':")
+            s.emit(1, "elif op == 'u':")
             s.emit(2, "k = _UPDATE")
             s.emit(1, "else:")
             s.emit(2, "raise _M")
-            s.emit(1, f"if {ts} < 0:")
-            s.emit(2, f"{ts} += {_2_64}")
-            s.emit(1, f"return _RC(_table, k, {ts}, {row})")
+            s.emit(1, f"ts = {ts}")
+            s.emit(1, "if ts < 0:")
+            s.emit(2, f"ts += {_2_64}")
+            s.emit(1, f"return _RC(_table, k, ts, {row})")
         else:
             s.emit(1, f"return _RC(_table, kind, commit_ts or 0, {row})")
         return self._finish("read")
