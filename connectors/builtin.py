@@ -40,7 +40,8 @@ FILE = ConnectorPlugin(
     summary="Reads and writes records in Conduit's JSON form, one record per line.",
     description=(
         "The destination appends each batch with one write on an O_APPEND descriptor and fsyncs "
-        "before acknowledging, so several writers may share a file. The source follows a growing "
+        "before acknowledging, so several writers may share a file; synced pages are then dropped "
+        "from the page cache (a sink does not read its output back). The source follows a growing "
         "file; its positions are byte offsets after each line."
     ),
     source=file.FileSource,

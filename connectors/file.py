@@ -6,7 +6,11 @@ lines from several writers (Spark tasks appending to one file) never interleave
 inside a batch on a local file system. A writer killed inside ``os.write`` leaves
 a torn last line; its records were never acknowledged (the engine sends them
 again), so the next batch written to the file first cuts that torn tail off,
-under an exclusive ``flock`` shared by every writer of the file.
+under an exclusive ``flock`` shared by every writer of the file. Synced pages are
+then dropped from the page cache (``_drop_written``).
+As a standalone plugin it also takes the request messages' bytes (``write_wire``):
+the JSON-form kernel writes their lines without building records. In the engine, a
+source's lazy batch (``cdcflow.batch.RecordBatch``) is asked for its lines first.
 
 Source: follows the file as it grows. A position is the byte offset just after
 a record's line (ASCII decimal), so a restart resumes at the next line. A last
@@ -22,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from cdcflow.batch import RecordBatch
 from cdcflow.errors import CdcflowError, RecordError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
@@ -79,21 +84,59 @@ class FileDestination(Destination):
     def write(self, records: Sequence[Record]) -> None:
         if not records:
             return None
+        self._check_open()
+        # a source's lazy batch writes its lines without making its Records, if it can
+        data = records.jsonform_lines(self._store) if isinstance(records, RecordBatch) else None
+        self._append([data if data is not None else self._dumps(records, self._store)])
+        return None
+
+    def write_wire(self, messages: Sequence[bytes]) -> list[Any]:
+        """The messages' lines (the kernel's, or ``from_wire`` + ``dumps_lines`` for a message it
+        hands back), appended with one write and one fsync for the lot."""
+        self._check_open()
+        dumps_wire = _jsonform().dumps_wire
+        chunks: list[bytes] = []
+        results: list[Any] = []
+        for message in messages:
+            converted = dumps_wire(message)
+            if converted is None:
+                data, result = self._lines_of_message(message)
+            else:
+                data, result = converted
+            if data:
+                chunks.append(data)
+            results.append(result)
+        if chunks:
+            self._append(chunks)
+        return results
+
+    def _lines_of_message(self, message: bytes) -> tuple[bytes, tuple[list[bytes], dict]]:
+        """Lines and ``write_wire`` result of a message through records (raises for a malformed one)."""
+        from cdcflow.convert.protobuf import from_wire
+
+        failed: dict[int, tuple[bytes, Exception]] = {}
+        records = from_wire(message, self._store, failed)
+        good = [r for r in records if r is not None] if failed else records
+        positions = [r.position if r is not None else failed[i][0] for i, r in enumerate(records)]
+        return (self._dumps(good, self._store) if good else b""), (positions, failed)
+
+    def _check_open(self) -> None:
         if self._fd is None:
             raise CdcflowError(f"file destination {self.path}: write before open")
-        data = self._dumps(records, self._store)
+
+    def _append(self, chunks: Sequence[bytes]) -> None:
+        """Append the chunks with one write (atomic against other appenders), then fsync, then
+        let the page cache drop what was written (``_drop_written``)."""
         fd = self._fd
         fcntl.flock(fd, fcntl.LOCK_EX)  # against other writers' appends while the tail is checked
         try:
             _cut_torn_tail(fd, self.path)
-            view = memoryview(data)
-            while view:  # a regular file takes it in one call; loop only for the exotic case
-                written = os.write(fd, view)
-                view = view[written:]
+            _write_all(fd, chunks)
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: just after this append
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.fsync(fd)
-        return None
+        _drop_written(fd, end - sum(map(len, chunks)), end)
 
     def stop(self, last_position: bytes | None) -> None:
         if self._fd is not None:
@@ -103,6 +146,49 @@ class FileDestination(Destination):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _drop_written(fd: int, start: int, end: int) -> None:
+    """Tell the kernel the synced pages of ``[start, end)`` will not be read again soon.
+
+    A destination streams gigabytes it never reads back: kept in the page cache, each batch
+    claims fresh memory (measured here: copying into never-used pages cost 4-6x the copy
+    into recycled ones, ≈ 1 µs per 660-byte line) and pushes out what other processes cache.
+    Dropped once clean, the pages go back to the allocator and the next batch reuses them.
+    The last page stays: the next append reads the file's tail (``_cut_torn_tail``).
+    """
+    first, last = start - start % _PAGE, end - end % _PAGE
+    if last > first and hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, first, last - first, os.POSIX_FADV_DONTNEED)
+        except OSError:  # advice only: a file system that does not take it changes nothing
+            pass
+
+
+def _write_all(fd: int, chunks: Sequence[bytes]) -> None:
+    """One ``write`` of one chunk, one ``writev`` of several (no joined copy); a regular file
+    takes it in one call, the loops are for the exotic case of a partial write."""
+    views = [memoryview(c) for c in chunks if c]
+    if len(views) > _IOV_MAX:
+        views = [memoryview(b"".join(views))]
+    if len(views) == 1:
+        view = views[0]
+        while view:
+            view = view[os.write(fd, view):]
+        return
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one writev takes
 
 
 def _cut_torn_tail(fd: int, path: str) -> None:

@@ -31,6 +31,12 @@ class Plugin:
 class Source(Plugin):
     """Produces records. One instance reads one partition."""
 
+    #: Set by the engine before ``open`` when nothing between this source and its destinations
+    #: needs Record objects (the pipeline has no processors). ``read`` may then return a
+    #: ``cdcflow.batch.RecordBatch`` that makes its Records only when asked, or renders itself
+    #: for a destination (the ``file`` destination asks for its JSON-form lines).
+    lazy_batches: bool = False
+
     def partitions(self) -> Sequence[str]:
         """Partition ids this source splits into, called after ``configure``.
 
@@ -42,9 +48,10 @@ class Source(Plugin):
     def open(self, position: bytes | None, partition: str = "") -> None:
         """Start reading ``partition`` after ``position`` (None: from the beginning)."""
 
-    def read(self, max_records: int) -> list[Record] | None:
+    def read(self, max_records: int) -> Sequence[Record] | None:
         """Return up to ``max_records`` records; ``[]`` when none are ready now,
-        ``None`` when a bounded source has nothing more (end of stream)."""
+        ``None`` when a bounded source has nothing more (end of stream). A list, or with
+        ``lazy_batches`` a ``RecordBatch``."""
         raise NotImplementedError
 
     def ack(self, positions: Sequence[bytes]) -> None:
@@ -74,6 +81,26 @@ class Destination(Plugin):
         DLQ). Raising fails the whole batch.
         """
         raise NotImplementedError
+
+    def write_wire(self, messages: Sequence[bytes]) -> Sequence[Any]:
+        """Write batch messages' records from their protobuf bytes, durably before returning.
+
+        Optional, for a destination that can write records without them being built first (the
+        standalone plugin server then hands it the bytes of its ``Destination.Run`` requests:
+        records in field 1, read as ``cdcflow.convert.protobuf.from_wire`` reads them with the
+        default schema store). One entry per message, in order: the ``Destination.Run.Response``
+        bytes acknowledging every record of it (``cdcflow.standalone.framing.encode_acks``), or
+        ``(positions, failed)``: its records' positions and ``from_wire``'s ``failed`` (index ->
+        (position, error)) for the records that did not decode, nacked with that error; the
+        others are acknowledged. Return the latter for a message converted through records
+        (``from_wire``): when every message of a call was, the server decodes the next ones
+        ahead itself for a while and hands them to ``write``. Raising fails every record of the
+        messages, as ``write`` raising does; a message that is not a batch message must raise
+        before anything is written.
+
+        Default: NotImplemented, the records come through ``write``.
+        """
+        return NotImplemented
 
     def stop(self, last_position: bytes | None) -> None:
         """Flush everything up to and including ``last_position``."""

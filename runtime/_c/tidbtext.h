@@ -614,6 +614,8 @@ static int tt_text_of(tt_buf *b, int kind, PyObject *v, int param)
  *
  *   int  tt_buf_put_b64(tt_buf *, const unsigned char *, Py_ssize_t n)  standard base64, padded
  *        (binascii.b2a_base64(data, newline=False)); no quotes
+ *   char *tt_b64_write(char *o, const unsigned char *, Py_ssize_t n)   the same into reserved memory,
+ *        without the GIL (after tt_b64_fill_pairs)
  *   (tt_json_utf8_orjson / tt_json_str_orjson below)
  */
 
@@ -632,20 +634,12 @@ static void tt_b64_fill_pairs(void)
     tt_b64_pairs_ready = 1;
 }
 
-/* 3 input bytes -> 4 letters (two table reads of 12 bits each); the tail (1 or 2 bytes)
- * padded with '='. The room is reserved once, so the loop stores without bounds checks. */
-static int tt_buf_put_b64(tt_buf *b, const unsigned char *s, Py_ssize_t n)
+/* Base64 of s[0..n) written to `o`, which has room for ((n + 2) / 3) * 4 bytes; returns the end.
+ * 3 input bytes -> 4 letters (two table reads of 12 bits each); the tail (1 or 2 bytes) padded
+ * with '='. Touches no Python object and allocates nothing, so it may run with the GIL released
+ * (_jsonform's dumps_wire); the caller runs tt_b64_fill_pairs() first, with the GIL held. */
+static char *tt_b64_write(char *o, const unsigned char *s, Py_ssize_t n)
 {
-    if (n > (PY_SSIZE_T_MAX / 4) * 3 - 3) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (!tt_b64_pairs_ready)
-        tt_b64_fill_pairs();
-    Py_ssize_t out_len = ((n + 2) / 3) * 4;
-    if (tt_buf_reserve(b, out_len) < 0)
-        return -1;
-    char *o = b->data + b->len;
     Py_ssize_t i = 0;
     for (; i + 3 <= n; i += 3) {
         unsigned v = ((unsigned)s[i] << 16) | ((unsigned)s[i + 1] << 8) | s[i + 2];
@@ -661,7 +655,24 @@ static int tt_buf_put_b64(tt_buf *b, const unsigned char *s, Py_ssize_t n)
         o[1] = tt_b64_alphabet[(v >> 12) & 63];
         o[2] = i + 1 < n ? tt_b64_alphabet[(v >> 6) & 63] : '=';
         o[3] = '=';
+        o += 4;
     }
+    return o;
+}
+
+/* tt_b64_write into the buffer: the room is reserved once, so the loop stores without bounds checks. */
+static int tt_buf_put_b64(tt_buf *b, const unsigned char *s, Py_ssize_t n)
+{
+    if (n > (PY_SSIZE_T_MAX / 4) * 3 - 3) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!tt_b64_pairs_ready)
+        tt_b64_fill_pairs();
+    Py_ssize_t out_len = ((n + 2) / 3) * 4;
+    if (tt_buf_reserve(b, out_len) < 0)
+        return -1;
+    tt_b64_write(b->data + b->len, s, n);
     b->len += out_len;
     return 0;
 }

@@ -1352,11 +1352,448 @@ static PyObject *py_b64(PyObject *mod, PyObject *arg)
     return res;
 }
 
+/* ------------------------------------------------------------------ dumps_wire
+ *
+ * dumps_wire(message, operation_texts, metadata_json) -> (lines, acks) | None
+ *
+ * Why: a standalone destination plugin gets its records as the bytes of Destination.Run
+ * requests. When it only writes them as JSON lines, building a Record per record (from_wire)
+ * and writing it (dumps) costs most of the plugin's CPU, and both hold the GIL, so gRPC's
+ * receiving threads wait. This reads the message and writes the lines in C with the GIL
+ * released: dumps_lines(from_wire(message)) byte for byte, and the ack message
+ * (framing.encode_acks of the positions) the plugin answers with once they are durable.
+ *
+ * It handles the plain shape only: records in field 1, each with optional position,
+ * operation, metadata entries, key and payload in field order, data raw or empty. Anything else
+ * (Struct data, unknown or repeated fields, an operation it has no text for, a length past its
+ * message) returns None, and the caller converts the whole message in Python.
+ * metadata_json(block) -> bytes | None: the JSON object of a record's metadata from the bytes
+ * of its map entries (upb parses them: duplicate keys, UTF-8 checks, its key order), or None
+ * when the metadata is not plain (a schema reference, which makes from_wire decode the data;
+ * entries upb refuses): then the whole message is None too. Asked once per distinct block.
+ *
+ * Phases: scan (GIL released) -> metadata texts and output sizes (GIL) -> write (GIL released)
+ * into bytes objects of the exact size, not yet visible to any other code.
+ */
+
+/* A slice of the message; at < 0: the data is absent (JSON null). */
+typedef struct {
+    Py_ssize_t at, len;
+} WireSpan;
+
+typedef struct {
+    WireSpan position, key, before, after;
+    Py_ssize_t block; /* index of its metadata block in WireScan.blocks */
+    unsigned char op;
+} WireRecord;
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n;
+    unsigned char operations; /* operation numbers below this have a text */
+    WireRecord *records;
+    Py_ssize_t count, cap;
+    WireSpan *blocks;
+    Py_ssize_t block_count, block_cap;
+} WireScan;
+
+enum { WIRE_OK = 0, WIRE_PASS = 1, WIRE_NOMEM = 2 };
+
+/* A length prefix at s[*i] of at most 5 bytes (upb refuses longer ones) whose value fits before
+ * `end`; *i moves past it. -1: not so. */
+static int wire_length(const unsigned char *s, Py_ssize_t end, Py_ssize_t *i, Py_ssize_t *out)
+{
+    unsigned long long v = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+        if (*i >= end)
+            return -1;
+        unsigned char c = s[(*i)++];
+        v |= (unsigned long long)(c & 0x7F) << shift;
+        if (c < 0x80) {
+            if (v > (unsigned long long)(end - *i))
+                return -1;
+            *out = (Py_ssize_t)v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A length-delimited field at s[*k] with tag `tag`, inside [.., end): *at and *len of its value,
+ * *k past it. 0 absent, 1 read, -1 malformed. */
+static int wire_field(const unsigned char *s, Py_ssize_t end, unsigned char tag, Py_ssize_t *k,
+                      Py_ssize_t *at, Py_ssize_t *len)
+{
+    if (*k >= end || s[*k] != tag)
+        return 0;
+    (*k)++;
+    if (wire_length(s, end, k, len) < 0)
+        return -1;
+    *at = *k;
+    *k += *len;
+    return 1;
+}
+
+/* A Data message in s[at, at + len): empty -> absent, raw_data filling it -> its bytes; -1 else
+ * (structured data, more fields). */
+static int wire_data(const unsigned char *s, Py_ssize_t at, Py_ssize_t len, WireSpan *out)
+{
+    if (len == 0) {
+        out->at = -1;
+        out->len = 0;
+        return 0;
+    }
+    Py_ssize_t k = at, end = at + len;
+    if (wire_field(s, end, 0x0A, &k, &out->at, &out->len) != 1 || k != end)
+        return -1;
+    return 0;
+}
+
+/* One record in s[k, end); its metadata block's span in *meta. -1: not the plain shape. */
+static int wire_record(const WireScan *ws, Py_ssize_t k, Py_ssize_t end, WireRecord *r, WireSpan *meta)
+{
+    const unsigned char *s = ws->s;
+    Py_ssize_t at, len;
+    r->position.at = k;
+    r->position.len = 0;
+    r->key.at = r->before.at = r->after.at = -1;
+    r->key.len = r->before.len = r->after.len = 0;
+    r->op = 0;
+    int got = wire_field(s, end, 0x0A, &k, &at, &len); /* position = 1 */
+    if (got < 0)
+        return -1;
+    if (got) {
+        r->position.at = at;
+        r->position.len = len;
+    }
+    if (k < end && s[k] == 0x10) { /* operation = 2: every known number is one varint byte */
+        if (k + 1 >= end || s[k + 1] >= ws->operations)
+            return -1;
+        r->op = s[k + 1];
+        k += 2;
+    }
+    meta->at = k;
+    while ((got = wire_field(s, end, 0x1A, &k, &at, &len)) == 1) /* metadata = 3: map entries */
+        ;
+    if (got < 0)
+        return -1;
+    meta->len = k - meta->at;
+    if ((got = wire_field(s, end, 0x22, &k, &at, &len)) < 0 || (got && wire_data(s, at, len, &r->key) < 0))
+        return -1; /* key = 4 */
+    if ((got = wire_field(s, end, 0x2A, &k, &at, &len)) < 0) /* payload = 5: Change{before = 1, after = 2} */
+        return -1;
+    if (got) {
+        Py_ssize_t p = at, change_end = at + len, data_at, data_len;
+        if ((got = wire_field(s, change_end, 0x0A, &p, &data_at, &data_len)) < 0
+            || (got && wire_data(s, data_at, data_len, &r->before) < 0))
+            return -1;
+        if ((got = wire_field(s, change_end, 0x12, &p, &data_at, &data_len)) < 0
+            || (got && wire_data(s, data_at, data_len, &r->after) < 0))
+            return -1;
+        if (p != change_end)
+            return -1;
+    }
+    return k == end ? 0 : -1;
+}
+
+/* Grow an array of `size`-byte items to hold one more (raw allocator: no GIL needed). */
+static int wire_grow(void **items, Py_ssize_t count, Py_ssize_t *cap, size_t size)
+{
+    if (count < *cap)
+        return 0;
+    Py_ssize_t new_cap = *cap ? *cap * 2 : 1024;
+    if ((size_t)new_cap > PY_SSIZE_T_MAX / size)
+        return -1;
+    void *grown = PyMem_RawRealloc(*items, (size_t)new_cap * size);
+    if (grown == NULL)
+        return -1;
+    *items = grown;
+    *cap = new_cap;
+    return 0;
+}
+
+/* The records and their distinct metadata blocks (a block equal to the previous record's is not
+ * added again: a batch is mostly one table). Runs without the GIL. */
+static int wire_scan(WireScan *ws)
+{
+    const unsigned char *s = ws->s;
+    Py_ssize_t i = 0, n = ws->n, size;
+    while (i < n) {
+        if (s[i] != 0x0A) /* a field other than records = 1 */
+            return WIRE_PASS;
+        i++;
+        if (wire_length(s, n, &i, &size) < 0)
+            return WIRE_PASS;
+        if (wire_grow((void **)&ws->records, ws->count, &ws->cap, sizeof(WireRecord)) < 0)
+            return WIRE_NOMEM;
+        WireRecord *r = &ws->records[ws->count];
+        WireSpan meta;
+        if (wire_record(ws, i, i + size, r, &meta) < 0)
+            return WIRE_PASS;
+        i += size;
+        const WireSpan *last = ws->block_count ? &ws->blocks[ws->block_count - 1] : NULL;
+        if (last == NULL || last->len != meta.len || memcmp(s + last->at, s + meta.at, (size_t)meta.len) != 0) {
+            if (wire_grow((void **)&ws->blocks, ws->block_count, &ws->block_cap, sizeof(WireSpan)) < 0)
+                return WIRE_NOMEM;
+            ws->blocks[ws->block_count++] = meta;
+        }
+        r->block = ws->block_count - 1;
+        ws->count++;
+    }
+    return WIRE_OK;
+}
+
+static Py_ssize_t b64_len(Py_ssize_t n) { return ((n + 2) / 3) * 4; }
+
+static Py_ssize_t varint_len(unsigned long long v)
+{
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static char *put_varint(char *o, unsigned long long v)
+{
+    while (v >= 0x80) {
+        *o++ = (char)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (char)v;
+    return o;
+}
+
+/* The JSON texts around the values of a line (the keys in dumps_lines' order). */
+static const char W_POSITION[] = "{\"position\":\"", W_OPERATION[] = "\",\"operation\":",
+                  W_METADATA[] = ",\"metadata\":", W_KEY[] = ",\"key\":",
+                  W_BEFORE[] = ",\"payload\":{\"before\":", W_AFTER[] = ",\"after\":", W_END[] = "}}\n";
+#define W_LEN(text) ((Py_ssize_t)sizeof(text) - 1)
+#define W_FIXED (W_LEN(W_POSITION) + W_LEN(W_OPERATION) + W_LEN(W_METADATA) + W_LEN(W_KEY) \
+                 + W_LEN(W_BEFORE) + W_LEN(W_AFTER) + W_LEN(W_END))
+
+static Py_ssize_t data_json_len(WireSpan d) { return d.at < 0 ? 4 : 2 + b64_len(d.len); }
+
+/* framing.encode_acks: per position Ack{position = 1} in field 1; an empty Ack for no position. */
+static Py_ssize_t ack_len(Py_ssize_t n)
+{
+    if (n == 0)
+        return 2;
+    Py_ssize_t inner = 1 + varint_len((unsigned long long)n) + n;
+    return 1 + varint_len((unsigned long long)inner) + inner;
+}
+
+static char *put_ack(char *o, const unsigned char *position, Py_ssize_t n)
+{
+    *o++ = 0x0A;
+    if (n == 0) {
+        *o++ = 0;
+        return o;
+    }
+    o = put_varint(o, (unsigned long long)(1 + varint_len((unsigned long long)n) + n));
+    *o++ = 0x0A;
+    o = put_varint(o, (unsigned long long)n);
+    memcpy(o, position, (size_t)n);
+    return o + n;
+}
+
+#define W_PUT(o, text) (memcpy((o), (text), sizeof(text) - 1), (o) + sizeof(text) - 1)
+
+static char *put_data_json(char *o, const unsigned char *s, WireSpan d)
+{
+    if (d.at < 0) {
+        memcpy(o, "null", 4);
+        return o + 4;
+    }
+    *o++ = '"';
+    o = tt_b64_write(o, s + d.at, d.len);
+    *o++ = '"';
+    return o;
+}
+
+/* What the write phase reads: texts as pointers into bytes objects held for the whole call. */
+typedef struct {
+    const char *data;
+    Py_ssize_t len;
+} WireText;
+
+/* The lines and acks into buffers of exactly the sizes computed before. Runs without the GIL. */
+static void wire_write(const WireScan *ws, const WireText *ops, const WireText *meta, char *lines, char *acks)
+{
+    const unsigned char *s = ws->s;
+    for (Py_ssize_t i = 0; i < ws->count; i++) {
+        const WireRecord *r = &ws->records[i];
+        char *o = W_PUT(lines, W_POSITION);
+        o = tt_b64_write(o, s + r->position.at, r->position.len);
+        o = W_PUT(o, W_OPERATION);
+        memcpy(o, ops[r->op].data, (size_t)ops[r->op].len);
+        o = W_PUT(o + ops[r->op].len, W_METADATA);
+        memcpy(o, meta[r->block].data, (size_t)meta[r->block].len);
+        o = W_PUT(o + meta[r->block].len, W_KEY);
+        o = put_data_json(o, s, r->key);
+        o = W_PUT(o, W_BEFORE);
+        o = put_data_json(o, s, r->before);
+        o = W_PUT(o, W_AFTER);
+        o = put_data_json(o, s, r->after);
+        lines = W_PUT(o, W_END);
+        acks = put_ack(acks, s + r->position.at, r->position.len);
+    }
+}
+
+/* The JSON text of each distinct metadata block (metadata_json, cached by the block's bytes);
+ * WIRE_PASS when one is not plain. `held` keeps the texts alive. GIL held. */
+static int wire_metadata(const WireScan *ws, PyObject *metadata_json, PyObject *held, WireText *meta)
+{
+    PyObject *cache = PyDict_New();
+    if (cache == NULL)
+        return -1;
+    int r = WIRE_OK;
+    for (Py_ssize_t i = 0; i < ws->block_count && r == WIRE_OK; i++) {
+        PyObject *block = PyBytes_FromStringAndSize((const char *)ws->s + ws->blocks[i].at, ws->blocks[i].len);
+        if (block == NULL) {
+            Py_DECREF(cache);
+            return -1;
+        }
+        PyObject *text = PyDict_GetItemWithError(cache, block); /* borrowed */
+        if (text == NULL && !PyErr_Occurred()) {
+            PyObject *made = PyObject_CallOneArg(metadata_json, block);
+            if (made != NULL && made != Py_None && !PyBytes_CheckExact(made)) {
+                PyErr_SetString(PyExc_TypeError, "metadata_json must return bytes or None");
+                Py_CLEAR(made);
+            }
+            if (made != NULL && PyDict_SetItem(cache, block, made) == 0)
+                text = made;
+            Py_XDECREF(made); /* the cache holds it */
+        }
+        Py_DECREF(block);
+        if (text == NULL)
+            r = -1;
+        else if (text == Py_None)
+            r = WIRE_PASS;
+        else if (PyList_Append(held, text) < 0)
+            r = -1;
+        else {
+            meta[i].data = PyBytes_AS_STRING(text);
+            meta[i].len = PyBytes_GET_SIZE(text);
+        }
+    }
+    Py_DECREF(cache);
+    return r;
+}
+
+/* Exact sizes of the lines and the acks; -1 (MemoryError set) past what a bytes object holds. */
+static int wire_sizes(const WireScan *ws, const WireText *ops, const WireText *meta, Py_ssize_t *lines,
+                      Py_ssize_t *acks)
+{
+    /* every term is below 7 x the message's size (metadata text: 6 bytes per escaped byte), and
+     * there are 7 per record: summing in 64 bits cannot wrap for any message Python can hold */
+    unsigned long long total = 0, ack_total = 0;
+    for (Py_ssize_t i = 0; i < ws->count; i++) {
+        const WireRecord *r = &ws->records[i];
+        total += (unsigned long long)(W_FIXED + b64_len(r->position.len) + ops[r->op].len + meta[r->block].len
+                                      + data_json_len(r->key) + data_json_len(r->before) + data_json_len(r->after));
+        ack_total += (unsigned long long)ack_len(r->position.len);
+    }
+    if (total > (unsigned long long)PY_SSIZE_T_MAX || ack_total > (unsigned long long)PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *lines = (Py_ssize_t)total;
+    *acks = (Py_ssize_t)ack_total;
+    return 0;
+}
+
+static PyObject *py_dumps_wire(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *message, *op_texts, *metadata_json;
+    if (!PyArg_ParseTuple(args, "SO!O:dumps_wire", &message, &PyTuple_Type, &op_texts, &metadata_json))
+        return NULL;
+    Py_ssize_t n_ops = PyTuple_GET_SIZE(op_texts);
+    if (n_ops > 127) {
+        PyErr_SetString(PyExc_ValueError, "dumps_wire: at most 127 operation texts");
+        return NULL;
+    }
+    WireText ops[127];
+    for (Py_ssize_t i = 0; i < n_ops; i++) {
+        PyObject *t = PyTuple_GET_ITEM(op_texts, i);
+        if (!PyBytes_CheckExact(t)) {
+            PyErr_SetString(PyExc_TypeError, "dumps_wire: operation texts must be bytes");
+            return NULL;
+        }
+        ops[i].data = PyBytes_AS_STRING(t);
+        ops[i].len = PyBytes_GET_SIZE(t);
+    }
+    if (!tt_b64_pairs_ready)
+        tt_b64_fill_pairs(); /* before the GIL goes: the write phase reads the table */
+
+    /* the caller's arguments stay referenced for the call; the message is also held here, so the
+     * phases without the GIL read an immutable bytes object nobody can free */
+    Py_INCREF(message);
+    WireScan ws;
+    memset(&ws, 0, sizeof ws);
+    ws.s = (const unsigned char *)PyBytes_AS_STRING(message);
+    ws.n = PyBytes_GET_SIZE(message);
+    ws.operations = (unsigned char)n_ops;
+    PyObject *result = NULL, *held = NULL, *lines = NULL, *acks = NULL;
+    WireText *meta = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = wire_scan(&ws);
+    Py_END_ALLOW_THREADS
+    if (r == WIRE_NOMEM) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (r == WIRE_PASS)
+        goto pass;
+    held = PyList_New(0);
+    meta = PyMem_Malloc(sizeof(WireText) * (size_t)(ws.block_count ? ws.block_count : 1));
+    if (held == NULL || meta == NULL) {
+        if (meta == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    if ((r = wire_metadata(&ws, metadata_json, held, meta)) < 0)
+        goto done;
+    if (r == WIRE_PASS)
+        goto pass;
+    Py_ssize_t lines_len, acks_len;
+    if (wire_sizes(&ws, ops, meta, &lines_len, &acks_len) < 0)
+        goto done;
+    if ((lines = PyBytes_FromStringAndSize(NULL, lines_len)) == NULL
+        || (acks = PyBytes_FromStringAndSize(NULL, acks_len)) == NULL)
+        goto done;
+    {
+        char *lines_out = PyBytes_AS_STRING(lines), *acks_out = PyBytes_AS_STRING(acks);
+        Py_BEGIN_ALLOW_THREADS
+        wire_write(&ws, ops, meta, lines_out, acks_out);
+        Py_END_ALLOW_THREADS
+    }
+    result = PyTuple_Pack(2, lines, acks);
+    goto done;
+pass:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(lines);
+    Py_XDECREF(acks);
+    Py_XDECREF(held);
+    PyMem_Free(meta);
+    PyMem_RawFree(ws.records);
+    PyMem_RawFree(ws.blocks);
+    Py_DECREF(message);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"dumps", py_dumps, METH_VARARGS,
      "dumps(records, config: Config, resolve, handback) -> bytes: the JSON lines of the records "
      "(resolve None: no store)."},
     {"b64", py_b64, METH_O, "b64(data) -> str: standard base64 (for tests)."},
+    {"dumps_wire", py_dumps_wire, METH_VARARGS,
+     "dumps_wire(message, operation_texts, metadata_json) -> (lines, acks) or None: a batch message's "
+     "records as JSON lines and its ack message, None when it is not the plain shape."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -50,6 +50,7 @@ from ..schemas import SchemaStore
 from ..tidb import parse_date as _tidb_date
 from ..tidb import parse_datetime as _tidb_datetime
 from ..tidb import parse_time as _tidb_time
+from .protobuf import _metadata_of
 from .schemaref import (
     KEY,
     META_KEYS,
@@ -1187,3 +1188,40 @@ def loads_lines(data: bytes | str, store: SchemaStore | None = None) -> list[Rec
     read = _Reader(refs_for(store) if store is not None else None).line
     big_ints = _may_hold_big_ints(data)  # once for the batch; then line by line only if it may
     return [read(line, i, big_ints) for i, line in enumerate(data.split(b"\n"), 1) if line and not line.isspace()]
+
+
+# ---------------------------------------------------------------------------
+# Batch messages' bytes straight to lines (a standalone destination plugin)
+# ---------------------------------------------------------------------------
+#: the JSON of each operation, by its protobuf number
+_WIRE_OPERATION_TEXTS = tuple(orjson.dumps(op.text) for op in Operation)
+
+
+def _wire_metadata_json(block: bytes) -> bytes | None:
+    """The kernel's ``metadata_json``: the JSON object of the metadata in ``block`` (map entries),
+    parsed as ``from_wire`` parses it; None when ``from_wire`` would not keep it as it is (a key or
+    payload schema subject: it decodes the data with that schema) or refuses it."""
+    try:
+        metadata = _metadata_of(block) if block else {}
+    except ValueError:  # upb refuses it (bad UTF-8, a torn entry): from_wire decides
+        return None
+    if _KEY_SUBJECT in metadata or _PAYLOAD_SUBJECT in metadata:
+        return None
+    return orjson.dumps(metadata)
+
+
+def dumps_wire(message: bytes) -> tuple[bytes, bytes] | None:
+    """A batch message's records as JSON lines without building them, or None.
+
+    ``message``: the bytes of a batch message (``Destination.Run.Request``: records in field 1).
+    Returns ``(dumps_lines(from_wire(message, store), store), encode_acks(positions))`` byte for
+    byte (any store: raw data under metadata naming no schema never consults it), the second
+    being the ``Destination.Run.Response`` acknowledging every record in order
+    (``cdcflow.standalone.framing.encode_acks``). Returns None, for the caller to convert the
+    message with ``from_wire`` and ``dumps_lines``, when the kernel is not built or the message
+    is not the plain shape: structured data, a schema reference in the metadata, unknown or
+    repeated fields, malformed bytes, metadata upb refuses.
+    """
+    if _kernel is None:
+        return None
+    return _kernel.dumps_wire(message, _WIRE_OPERATION_TEXTS, _wire_metadata_json)

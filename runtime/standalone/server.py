@@ -25,7 +25,7 @@ import threading
 import traceback
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from typing import Any, Callable, Generator, Iterator, Mapping, TextIO
 
 import grpc
 from google.protobuf.message_factory import GetMessageClass
@@ -54,6 +54,10 @@ READ_BATCH = 10_000
 WRITE_RECORDS = 10_000
 #: request messages decoded ahead of the destination's writes
 _INBOX_MESSAGES = 8
+#: bytes of an undecoded request message counted as one record against WRITE_RECORDS
+_WIRE_RECORD_BYTES = 1024
+#: request messages decoded ahead after a ``write_wire`` converted its messages through records
+_WIRE_PAUSE_MESSAGES = 32
 _IDLE_MIN, _IDLE_MAX = 0.001, 0.1
 #: allocations between young-generation collections in a plugin process (Python's default: 700)
 GC_YOUNG_THRESHOLD = 10_000
@@ -143,8 +147,55 @@ class _Decoded:
 _END = object()  # the host closed its side of the stream
 
 
-def _read_requests(requests: Iterator[bytes], store: SchemaStore, inbox: queue.Queue, done: threading.Event) -> None:
-    """Decode request messages into ``inbox`` until the stream ends; an exception ends it too."""
+def _is_message(item: Any) -> bool:
+    """A request message in the inbox: decoded, or its bytes (for ``write_wire``)."""
+    return type(item) is bytes or type(item) is _Decoded
+
+
+def _weight(item: Any) -> int:
+    """Records an inbox item counts for against WRITE_RECORDS."""
+    if type(item) is _Decoded:
+        return len(item.records)
+    return max(1, len(item) // _WIRE_RECORD_BYTES) if type(item) is bytes else 0
+
+
+class _WireMode:
+    """Whether the reader thread passes request messages on undecoded, for ``write_wire``.
+
+    Off for good once the destination declines (NotImplemented). Paused for a while when it
+    converted every message of a write through records itself (its ``(positions, failed)``
+    results: structured data, say): then decoding ahead in the reader thread while the
+    destination writes is faster; after the pause the bytes are offered again. Both threads
+    touch the counter without a lock: a message decoded or passed on either way is written alike.
+    """
+
+    __slots__ = ("on", "paused")
+
+    def __init__(self, on: bool):
+        self.on, self.paused = on, 0
+
+    def take_bytes(self) -> bool:
+        """For the reader thread, per message: pass this one on undecoded?"""
+        if not self.on:
+            return False
+        if self.paused > 0:
+            self.paused -= 1
+            return False
+        return True
+
+    def pause(self) -> None:
+        self.paused = _WIRE_PAUSE_MESSAGES
+
+
+def _decode_error(error: Exception) -> str:
+    """The ack error of a record that did not decode."""
+    return f"cannot decode record: {error}"
+
+
+def _read_requests(requests: Iterator[bytes], store: SchemaStore, inbox: queue.Queue, done: threading.Event,
+                   wire: _WireMode) -> None:
+    """Decode request messages into ``inbox`` until the stream ends; an exception ends it too.
+    Messages ``wire`` takes go in undecoded: the destination takes their bytes."""
     def put(item: Any) -> bool:
         while not done.is_set():
             try:
@@ -156,8 +207,12 @@ def _read_requests(requests: Iterator[bytes], store: SchemaStore, inbox: queue.Q
 
     try:
         for data in requests:
-            failed: dict[int, tuple[bytes, Exception]] = {}
-            if not put(_Decoded(from_wire(data, store, failed), failed)):
+            if wire.take_bytes():
+                item: Any = data
+            else:
+                failed: dict[int, tuple[bytes, Exception]] = {}
+                item = _Decoded(from_wire(data, store, failed), failed)
+            if not put(item):
                 return
     except grpc.RpcError:
         pass  # the host went away; Run ends through its context
@@ -165,6 +220,20 @@ def _read_requests(requests: Iterator[bytes], store: SchemaStore, inbox: queue.Q
         put(e)
         return
     put(_END)
+
+
+def _decode_all(items: list[Any], store: SchemaStore) -> tuple[list[_Decoded], Exception | None]:
+    """The inbox items as decoded messages, up to the first that is not a batch message (and its error)."""
+    out: list[_Decoded] = []
+    for item in items:
+        if type(item) is bytes:
+            failed: dict[int, tuple[bytes, Exception]] = {}
+            try:
+                item = _Decoded(from_wire(item, store, failed), failed)
+            except Exception as e:  # noqa: BLE001 - as the reader thread reports it
+                return out, e
+        out.append(item)
+    return out, None
 
 
 class _Lifecycle:
@@ -346,31 +415,37 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         A reader thread decodes request N+1 while this thread writes request N;
         requests that arrived while the destination wrote are written together
         (one ``write``, so one sync, for several messages). Every ack leaves
-        only after the ``write`` holding its record returned.
+        only after the ``write`` holding its record returned. A destination with
+        ``write_wire`` gets the messages' bytes instead: no records are built.
         """
         if self._dst is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Run before Open")
         inbox: queue.Queue = queue.Queue(maxsize=_INBOX_MESSAGES)
         done = threading.Event()
-        threading.Thread(target=_read_requests, args=(request_iterator, default_store(), inbox, done),
+        store = default_store()
+        # a destination that takes message bytes gets them undecoded
+        wire = _WireMode(getattr(type(self._dst), "write_wire", Destination.write_wire) is not Destination.write_wire)
+        threading.Thread(target=_read_requests, args=(request_iterator, store, inbox, done, wire),
                          name="destination-decode", daemon=True).start()
         try:
             ended = False
             while not ended:
                 batch = [inbox.get()]
-                count = len(batch[0].records) if isinstance(batch[0], _Decoded) else 0
+                count = _weight(batch[0])
                 while count < WRITE_RECORDS:
                     try:
                         item = inbox.get_nowait()
                     except queue.Empty:
                         break
                     batch.append(item)
-                    if not isinstance(item, _Decoded):
+                    if not _is_message(item):
                         break
-                    count += len(item.records)
-                tail = batch.pop() if not isinstance(batch[-1], _Decoded) else None
+                    count += _weight(item)
+                tail = batch.pop() if not _is_message(batch[-1]) else None
                 if batch:
-                    yield from self._write(batch)
+                    malformed = yield from self._write_messages(batch, store, wire)
+                    if malformed is not None:
+                        _fail(context, "Destination.Run", malformed)
                 if tail is _END:
                     ended = True
                 elif tail is not None:
@@ -378,13 +453,48 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         finally:
             done.set()
 
-    def _write(self, batch: list["_Decoded"]) -> Iterator[bytes]:
-        """Write the messages' records with one ``write``; their ack messages."""
+    def _write_messages(self, batch: list[Any], store: SchemaStore,
+                        wire: _WireMode) -> Generator[bytes, None, Exception | None]:
+        """Write the inbox's messages (decoded, or bytes for ``write_wire``); yield their ack messages.
+
+        Returns the error of a message that is not a batch message: the messages before it are
+        written and acknowledged, as when the reader thread finds it, and the stream fails.
+        """
+        failure: Exception | None = None
+        if wire.on and all(type(m) is bytes for m in batch):
+            try:
+                results = self._dst.write_wire(batch)
+                if results is not NotImplemented:
+                    if len(results) != len(batch):
+                        raise CdcflowError(f"destination returned {len(results)} results for {len(batch)} messages")
+                    if all(type(result) is not bytes for result in results):
+                        wire.pause()
+                    for result in results:
+                        if type(result) is bytes:
+                            yield result
+                        else:
+                            positions, failed = result
+                            yield encode_acks(positions, {i: _decode_error(e) for i, (_, e) in failed.items()})
+                    return None
+                wire.on = False  # it declined: records from now on
+            except Exception as e:  # noqa: BLE001 - nacked below, as a failed write
+                failure = e
+        decoded, malformed = _decode_all(batch, store)
+        if decoded:
+            # a malformed message makes write_wire refuse the lot: the ones before it go through write
+            yield from self._write(decoded, failure if malformed is None else None)
+        return malformed
+
+    def _write(self, batch: list["_Decoded"], failure: Exception | None = None) -> Iterator[bytes]:
+        """Write the messages' records with one ``write``; their ack messages. With ``failure``
+        (a ``write_wire`` of them failed) nothing is written and every record is nacked."""
         good = [r for d in batch for r in d.records if r is not None]
         # the positions as they arrived: a destination may change its records
         sent = [[r.position if r is not None else d.failed[i][0] for i, r in enumerate(d.records)]
                 if d.failed else [r.position for r in d.records] for d in batch]
         try:
+            if failure is not None:
+                raise failure
             res = self._dst.write(good) if good else None
             if res is not None and len(res) != len(good):
                 raise CdcflowError(f"destination returned {len(res)} results for {len(good)} records")
@@ -400,7 +510,7 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
             errors: dict[int, str] = {}
             for i, r in enumerate(d.records):
                 if r is None:
-                    errors[i] = f"cannot decode record: {d.failed[i][1]}"
+                    errors[i] = _decode_error(d.failed[i][1])
                 elif results is not None:
                     err = next(results)
                     if err:

@@ -219,3 +219,49 @@ def _lines_of(reg, tmp_path, records):
     dest.write(records)
     dest.teardown()
     return other.read_bytes().splitlines()
+
+
+def _resident_pages(path) -> list[bool]:
+    """Which pages of the file are in the page cache (mincore(2) on a shared read-only mapping)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    with open(path, "rb") as f:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return [b & 1 == 1 for b in vec.raw]
+        finally:
+            libc.munmap(addr, size)
+
+
+def test_written_pages_leave_the_page_cache_but_the_tail_page(reg, tmp_path):
+    """A destination streams data it does not read back: once synced, its pages are dropped (the
+    allocator reuses them for the next batch); the last page stays for the next torn-tail check."""
+    path = tmp_path / "out.jsonl"
+    with open(path, "wb") as f:  # does this file system drop clean pages on advice at all?
+        f.write(b"x" * (1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 1 << 20, os.POSIX_FADV_DONTNEED)
+    if any(_resident_pages(path)):
+        pytest.skip("this file system keeps clean pages on POSIX_FADV_DONTNEED (tmpfs)")
+    path.unlink()
+    dest = destination(reg, path)
+    records = generated(reg, 300)
+    for i in range(0, 300, 100):
+        assert dest.write(records[i:i + 100]) is None
+    dest.teardown()
+    resident = _resident_pages(path)
+    assert len(resident) > 8 and sum(resident) <= 2 and resident[-1]
+    lines = path.read_bytes().splitlines()  # and everything is there
+    assert len(lines) == 300 and [json.loads(x)["position"] for x in lines[:2]]
