@@ -18,8 +18,9 @@ import dataclasses
 import time
 from typing import Any, Mapping, Sequence
 
+from cdcflow.batch import RecordBatch
 from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
-from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder
+from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder, CsvJsonRows
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
 from cdcflow.errors import CdcflowError, RecordError
@@ -56,26 +57,117 @@ class _Chunk:
     def records(self, start: int, end: int, store) -> list[Record]:
         if self.at.kind == 0:
             return to_records(self.rows[start:end], [self.at.encode()], store)
-        if type(self.rows) is CsvColumns:
+        if type(self.rows) is CsvColumns or type(self.rows) is _TranscodedFile:
             return self.rows.numbered_records(self._position, store, start, end)
         positions = map((self._position.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1))
         return to_records(self.rows[start:end], positions, store)
 
     def commit_ts_at(self, k: int) -> int:
         rows = self.rows
-        if type(rows) is CsvColumns:
+        if type(rows) is CsvColumns or type(rows) is _TranscodedFile:
             return rows.commit_ts_at(k)
         ev = rows[k]
         return ev.commit_ts if type(ev) is RowChange else 0
 
     def truncate(self, end: int) -> None:
-        if type(self.rows) is CsvColumns:
+        if type(self.rows) is CsvColumns or type(self.rows) is _TranscodedFile:
             self.rows.truncate(end)
         else:
             del self.rows[end:]
 
     def cursor_at(self, end: int) -> "_Cursor":
         return self.at if self.at.kind == 0 else dataclasses.replace(self.at, row=end)
+
+    def positions(self, start: int, end: int) -> list[bytes]:
+        """The positions of data rows ``[start, end)`` (what ``records`` puts in them)."""
+        return list(map((self._position.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1)))
+
+
+class _TranscodedFile:
+    """A CSV data file read for a lazy batch: its rows as JSON-form text (``CsvJsonRows``);
+    the Python values and Records are decoded from the file's bytes only if someone needs them."""
+
+    __slots__ = ("json", "decoder", "data", "_columns")
+
+    def __init__(self, json: CsvJsonRows, decoder: CsvDecoder, data: bytes):
+        self.json, self.decoder, self.data = json, decoder, data
+        self._columns: Any = None
+
+    def __len__(self) -> int:
+        return len(self.json)
+
+    def commit_ts_at(self, k: int) -> int:
+        return self.json.commit_ts_at(k)
+
+    def truncate(self, end: int) -> None:
+        self.json.truncate(end)
+        if self._columns is not None and type(self._columns) is CsvColumns:
+            self._columns.truncate(end)
+
+    def numbered_records(self, prefix: bytes, store, start: int, end: int) -> list[Record]:
+        columns = self._columns
+        if columns is None:
+            # the transcoder read every row of it, so the file decodes: the same rows, now as values
+            columns = self._columns = self.decoder.decode_columns(self.data)
+            if type(columns) is CsvColumns:
+                columns.truncate(len(self.json))
+        if type(columns) is CsvColumns:
+            return columns.numbered_records(prefix, store, start, end)
+        positions = map((prefix.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1))
+        return to_records(columns[start:end], positions, store)
+
+
+class StorageBatch(RecordBatch):
+    """One ``read``'s records as slices of data files, made into Records only when needed;
+    the ``file`` destination writes their JSON form straight from the CSV text
+    (``CsvJsonRows.lines``). Slices of files the transcoder did not take hold their Records."""
+
+    __slots__ = ("_slices", "_count", "_store")
+
+    def __init__(self, slices: list, count: int, store):
+        super().__init__()
+        self._slices = slices  # (chunk, start, end) or a list of Records
+        self._count = count
+        self._store = store
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _materialize(self) -> list[Record]:
+        out: list[Record] = []
+        for part in self._slices:
+            if type(part) is list:
+                out += part
+            else:
+                chunk, start, end = part
+                out += chunk.records(start, end, self._store)
+        return out
+
+    def positions(self) -> list[bytes]:
+        if self._records is not None:
+            return super().positions()
+        out: list[bytes] = []
+        for part in self._slices:
+            if type(part) is list:
+                out += [r.position for r in part]
+            else:
+                chunk, start, end = part
+                out += chunk.positions(start, end)
+        return out
+
+    def _render_jsonform(self, store, extra: Mapping[str, str] | None) -> bytes | None:
+        if store is not self._store:
+            return None  # the lines name schemas of the source's store
+        pieces = []
+        for part in self._slices:
+            if type(part) is list:
+                return None
+            chunk, start, end = part
+            lines = chunk.rows.json.lines(start, end, chunk._position, extra)
+            if lines is None:
+                return None
+            pieces.append(lines)
+        return b"".join(pieces)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -267,7 +359,12 @@ class StorageSource(Source):
         s = self.settings
         try:
             if s.format == "csv":
-                return CsvDecoder(table, s.csv, source=full).decode_columns(data)
+                decoder = CsvDecoder(table, s.csv, source=full)
+                if self.lazy_batches:
+                    json = decoder.transcode(data, self._schema_store)
+                    if json is not None:
+                        return _TranscodedFile(json, decoder, data)
+                return decoder.decode_columns(data)
             # Schema files carry no ENUM/SET members: for those columns the message's mysqlType knows more.
             hint = dataclasses.replace(table, columns=tuple(
                 c for c in table.columns if c.type not in ("ENUM", "SET") or c.elements), index={})
@@ -290,15 +387,17 @@ class StorageSource(Source):
             raise StorageReadError(f"storage: {e}") from None
 
     # ------------------------------------------------------------------ read
-    def read(self, max_records: int) -> list[Record] | None:
+    def read(self, max_records: int) -> "list[Record] | StorageBatch | None":
         if not self.schema:
             return None if self.stop_at_checkpoint else []
         out: list[Record] = []
-        while len(out) < max_records:
+        slices: list = []  # lazy_batches: (chunk, start, end) of transcoded files, or Records
+        count = 0
+        while count < max_records:
             chunk = self._chunk
             if chunk is None or chunk.next >= len(chunk):
                 self._chunk = None
-                if out:
+                if count:
                     break
                 if self._done:
                     return None
@@ -317,12 +416,25 @@ class StorageSource(Source):
                 continue
             self._caught_up = False
             start = chunk.next
-            end = min(len(chunk), start + max_records - len(out))
+            end = min(len(chunk), start + max_records - count)
             chunk.next = end
-            out += chunk.records(start, end, self._schema_store)
+            count += end - start
             self.cursor = chunk.cursor_at(end)
-        if out:
-            self._last = out[-1].position
+            if type(chunk.rows) is _TranscodedFile:
+                slices.append((chunk, start, end))
+                self._last = self.cursor.encode()
+                continue
+            records = chunk.records(start, end, self._schema_store)
+            if slices:
+                slices.append(records)
+            else:
+                out += records
+            if records:
+                self._last = records[-1].position
+        if slices:
+            if out:
+                slices.insert(0, out)
+            return StorageBatch(slices, count, self._schema_store)
         return out
 
     def _cut_at_checkpoint(self, chunk: "_Chunk") -> None:

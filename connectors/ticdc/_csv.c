@@ -3,7 +3,10 @@
  * decode(plan, data, header) reads a whole CSV file of one table into columns (what the
  * column-wise reader in csv.py builds), encode(plan, kinds, commit_ts, rows) writes plain rows
  * (what csv.py's generated line writer writes). Plans are tuples built once per (table, options)
- * in csv.py; see _decode_plan / _encode_plan there for their layout.
+ * in csv.py; see _decode_plan / _encode_plan there for their layout. transcode(...) reads a file
+ * as decode does (one reader, read_rows) but writes each row's JSON-form row and key objects
+ * instead of values, and json_lines(...) assembles Conduit JSON-form lines from them
+ * (csv.py CsvDecoder.transcode / CsvJsonRows, plan: _transcode_plan).
  *
  * Both hand the whole batch back (return None) for anything outside the usual shapes: odd
  * quoting, a bad value, a row of another table, a value the fast text forms do not cover and
@@ -331,8 +334,8 @@ static const double exact_tens[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  
 /* float(text) for -?D+(.D+)? texts whose digits, read as one integer, fit 53 bits and that have
  * at most 22 fraction digits: that integer and 10**k are exact doubles, so one IEEE division is
  * the correctly rounded value, the one float() returns (Clinger's fast path). Such texts are the
- * usual shortest reprs TiCDC writes; everything else goes to tidbparse_float (Python's strtod). */
-static int parse_float(const char *s, Py_ssize_t n, PyObject **out)
+ * usual shortest reprs TiCDC writes. 1 with *out set; 0 for any other text. */
+static int clinger_double(const char *s, Py_ssize_t n, double *out)
 {
     Py_ssize_t i = (n > 0 && s[0] == '-') ? 1 : 0, digits = 0, fraction = -1;
     unsigned long long m = 0;
@@ -343,19 +346,43 @@ static int parse_float(const char *s, Py_ssize_t n, PyObject **out)
             continue;
         }
         if (c < '0' || c > '9' || ++digits > 17)
-            return tidbparse_float(s, n, out);
+            return 0;
         m = m * 10 + (unsigned long long)(c - '0');
         if (fraction >= 0)
             fraction++;
     }
     if (digits == 0 || fraction == 0 || fraction > 22 || m > (1ULL << 53))
-        return tidbparse_float(s, n, out);
+        return 0;
     double d = fraction > 0 ? (double)m / exact_tens[fraction] : (double)m;
-    PyObject *r = PyFloat_FromDouble(s[0] == '-' ? -d : d);
+    *out = s[0] == '-' ? -d : d;
+    return 1;
+}
+
+/* float(text): the fast path above, everything else through tidbparse_float (Python's strtod). */
+static int parse_float(const char *s, Py_ssize_t n, PyObject **out)
+{
+    double d;
+    if (!clinger_double(s, n, &d))
+        return tidbparse_float(s, n, out);
+    PyObject *r = PyFloat_FromDouble(d);
     if (r == NULL)
         return TIDBPARSE_ERROR;
     *out = r;
     return TIDBPARSE_OK;
+}
+
+/* parse_float's value as a C double (the transcoder keeps no float object). */
+static int parse_double(const char *s, Py_ssize_t n, double *out)
+{
+    if (clinger_double(s, n, out))
+        return TIDBPARSE_OK;
+    PyObject *v;
+    int r = tidbparse_float(s, n, &v);
+    if (r == TIDBPARSE_OK) {
+        *out = PyFloat_AS_DOUBLE(v);
+        Py_DECREF(v);
+    }
+    return r;
 }
 
 /* The value of one non-NULL field: 1 with *out a new reference, 0 to hand back, -1 on error. */
@@ -480,23 +507,132 @@ static int fields_are(const field *fields, Py_ssize_t count, PyObject *names)
     return 1;
 }
 
-/* Digits of an unsigned commit ts -> int; 0 to hand back (sign, spaces, too large). */
-static int commit_ts_value(const field *f, PyObject **out)
+/* ------------------------------------------------------------------ the file: one reader, two sinks
+ *
+ * decode and transcode read a file the same way (records, header, meta fields, what makes them
+ * hand the file back); they differ only in what they do with a row's column fields, so the
+ * walk over the file is one function (read_rows) that hands each checked row to a sink. */
+
+/* An unsigned commit ts's digits -> its value; 0 to hand back (empty, a sign, spaces, more than
+ * 20 digits or 64 bits): the Python path reads or rejects those. */
+static int commit_ts_of(const field *f, unsigned long long *ts)
 {
-    if (f->n == 0 || f->n > 20 || f->p[0] == '-')
+    if (f->n == 0 || f->n > 20)
         return 0;
-    int r = tidbparse_int(f->p, f->n, out);
-    return r == TIDBPARSE_ERROR ? -1 : r == TIDBPARSE_OK;
+    unsigned long long v = 0;
+    for (Py_ssize_t i = 0; i < f->n; i++) {
+        char c = f->p[i];
+        if (c < '0' || c > '9')
+            return 0;
+        unsigned long long d = (unsigned long long)(c - '0');
+        if (v > (ULLONG_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    *ts = v;
+    return 1;
 }
+
+/* The tokenizer's buffers and the fields of the current record, for one call. */
+typedef struct {
+    tt_buf scratch, unescaped;
+    field *fields;
+    Py_ssize_t cap; /* meta + columns + one spare: a record with more fields is seen as such */
+} reader;
+
+static void reader_free(reader *r)
+{
+    PyMem_Free(r->fields);
+    r->fields = NULL;
+    tt_buf_free(&r->scratch);
+    tt_buf_free(&r->unescaped);
+}
+
+/* Zeroes r first, so reader_free is safe whatever happens. */
+static int reader_init(reader *r, const decode_plan *p)
+{
+    memset(r, 0, sizeof *r);
+    r->cap = p->meta + p->ncols + 1;
+    r->fields = PyMem_Calloc((size_t)r->cap, sizeof(field));
+    if (r->fields == NULL || tt_buf_init(&r->scratch, 64) < 0 || tt_buf_init(&r->unescaped, 64) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* One data row's meta fields, checked, and where its column fields start. */
+typedef struct {
+    char op;                      /* 'I', 'U' or 'D' */
+    unsigned long long commit_ts; /* 0 without the commit-ts column */
+    const field *values;          /* plan.ncols fields */
+} row_head;
+
+/* The checks of the Python path on a row's meta fields. 1 ok, 0 hand back, -1 error. */
+static int read_row_head(const decode_plan *p, const field *f, Py_ssize_t count, Py_ssize_t meta, row_head *h)
+{
+    if (count != meta + p->ncols)
+        return 0;
+    if (f[0].n != 1 || (f[0].p[0] != 'I' && f[0].p[0] != 'U' && f[0].p[0] != 'D'))
+        return 0;
+    if (!field_equals_bytes(&f[1], p->table) || !field_equals_bytes(&f[2], p->schema))
+        return 0;
+    h->commit_ts = 0;
+    if (p->include_commit_ts && !commit_ts_of(&f[3], &h->commit_ts))
+        return 0;
+    if (p->handle_key && meta == p->meta) {
+        /* the handle-key text is not used, but the Python path decodes all of the data */
+        PyObject *t = PyUnicode_DecodeUTF8(f[meta - 1].p, f[meta - 1].n, "strict");
+        if (t == NULL)
+            return hand_back_exception();
+        Py_DECREF(t);
+    }
+    h->op = f[0].p[0];
+    h->values = f + meta;
+    return 1;
+}
+
+typedef int (*row_sink)(void *sink, const row_head *row);
+
+/* Every record of the data: the header (when `header`) checked and skipped, each data row's
+ * meta fields checked and the row given to `sink`. 1 all read, 0 hand back, -1 error. */
+static int read_rows(const decode_plan *p, reader *rd, const char *data, Py_ssize_t len, int header,
+                     row_sink sink, void *ctx)
+{
+    const char *pos = data, *end = data + len;
+    Py_ssize_t meta = -1; /* decided by the first row: with or without the handle-key field */
+    while (pos < end) {
+        Py_ssize_t count = next_record(&pos, end, &p->d, &rd->scratch, &rd->unescaped, rd->fields, rd->cap);
+        if (count == -2)
+            return -1;
+        if (count < 0)
+            return 0;
+        if (header) {
+            header = 0;
+            if (!fields_are(rd->fields, count, p->header) && !fields_are(rd->fields, count, p->header_alt))
+                return 0;
+            continue;
+        }
+        if (meta < 0)
+            meta = (p->handle_key && count == p->meta + p->ncols - 1) ? p->meta - 1 : p->meta;
+        row_head h;
+        int r = read_row_head(p, rd->fields, count, meta, &h);
+        if (r > 0)
+            r = sink(ctx, &h);
+        if (r <= 0)
+            return r;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ decode: the file */
 
 typedef struct {
     decode_plan plan;
     column_state *cols;
-    field *fields;
     PyObject *commit_ts;      /* list or NULL */
     char *ops;                /* one letter per row */
     Py_ssize_t rows, ops_cap;
-    tt_buf scratch, unescaped;
 } decoder;
 
 static void decoder_free(decoder *k)
@@ -507,11 +643,8 @@ static void decoder_free(decoder *k)
             tt_buf_free(&k->cols[i].last_copy);
         }
     PyMem_Free(k->cols);
-    PyMem_Free(k->fields);
     PyMem_Free(k->ops);
     Py_XDECREF(k->commit_ts);
-    tt_buf_free(&k->scratch);
-    tt_buf_free(&k->unescaped);
 }
 
 static int decoder_init(decoder *k, PyObject *plan)
@@ -521,10 +654,7 @@ static int decoder_init(decoder *k, PyObject *plan)
         return -1;
     Py_ssize_t ncols = k->plan.ncols;
     k->cols = PyMem_Calloc((size_t)(ncols ? ncols : 1), sizeof(column_state));
-    /* one spare slot: a record with more fields than expected is seen as such */
-    k->fields = PyMem_Calloc((size_t)(k->plan.meta + ncols + 1), sizeof(field));
-    if (k->cols == NULL || k->fields == NULL || tt_buf_init(&k->scratch, 64) < 0
-        || tt_buf_init(&k->unescaped, 64) < 0) {
+    if (k->cols == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -546,33 +676,19 @@ static int decoder_init(decoder *k, PyObject *plan)
     return 0;
 }
 
-/* One data row (its fields tokenized): 1 taken, 0 hand back, -1 error. */
-static int decode_row(decoder *k, Py_ssize_t count, Py_ssize_t meta)
+/* decode's sink: the row's commit ts, operation and values appended. 1 taken, 0 hand back, -1 error. */
+static int decode_row(void *ctx, const row_head *h)
 {
+    decoder *k = ctx;
     const decode_plan *p = &k->plan;
-    const field *f = k->fields;
-    if (count != meta + p->ncols)
-        return 0;
-    if (f[0].n != 1 || (f[0].p[0] != 'I' && f[0].p[0] != 'U' && f[0].p[0] != 'D'))
-        return 0;
-    if (!field_equals_bytes(&f[1], p->table) || !field_equals_bytes(&f[2], p->schema))
-        return 0;
-    if (p->include_commit_ts) {
-        PyObject *ts;
-        int r = commit_ts_value(&f[3], &ts);
-        if (r <= 0)
-            return r;
+    if (k->commit_ts != NULL) {
+        PyObject *ts = PyLong_FromUnsignedLongLong(h->commit_ts);
+        if (ts == NULL)
+            return -1;
         int ok = PyList_Append(k->commit_ts, ts);
         Py_DECREF(ts);
         if (ok < 0)
             return -1;
-    }
-    if (p->handle_key && meta == p->meta) {
-        /* the handle-key text is not used, but the Python path decodes all of the data */
-        PyObject *t = PyUnicode_DecodeUTF8(f[meta - 1].p, f[meta - 1].n, "strict");
-        if (t == NULL)
-            return hand_back_exception();
-        Py_DECREF(t);
     }
     if (k->rows == k->ops_cap) {
         Py_ssize_t cap = k->ops_cap ? k->ops_cap * 2 : 256;
@@ -584,9 +700,9 @@ static int decode_row(decoder *k, Py_ssize_t count, Py_ssize_t meta)
         k->ops = ops;
         k->ops_cap = cap;
     }
-    k->ops[k->rows++] = f[0].p[0];
+    k->ops[k->rows++] = h->op;
     for (Py_ssize_t i = 0; i < p->ncols; i++) {
-        int r = append_value(&k->cols[i], &f[meta + i], &p->d);
+        int r = append_value(&k->cols[i], &h->values[i], &p->d);
         if (r <= 0)
             return r;
     }
@@ -632,35 +748,12 @@ static PyObject *csv_decode(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!y*p", &PyTuple_Type, &plan, &data, &header))
         return NULL;
     decoder k;
+    reader rd;
     PyObject *result = NULL;
-    if (decoder_init(&k, plan) < 0)
+    memset(&rd, 0, sizeof rd);
+    if (decoder_init(&k, plan) < 0 || reader_init(&rd, &k.plan) < 0)
         goto done;
-    const char *pos = data.buf, *end = pos + data.len;
-    Py_ssize_t cap = k.plan.meta + k.plan.ncols + 1;
-    Py_ssize_t meta = -1; /* decided by the first row: with or without the handle-key field */
-    int r = 1;
-    while (pos < end) {
-        Py_ssize_t count = next_record(&pos, end, &k.plan.d, &k.scratch, &k.unescaped, k.fields, cap);
-        if (count == -2)
-            goto done;
-        if (count < 0) {
-            r = 0;
-            break;
-        }
-        if (header) {
-            header = 0;
-            if (!fields_are(k.fields, count, k.plan.header) && !fields_are(k.fields, count, k.plan.header_alt)) {
-                r = 0;
-                break;
-            }
-            continue;
-        }
-        if (meta < 0)
-            meta = (k.plan.handle_key && count == k.plan.meta + k.plan.ncols - 1) ? k.plan.meta - 1 : k.plan.meta;
-        r = decode_row(&k, count, meta);
-        if (r <= 0)
-            break;
-    }
+    int r = read_rows(&k.plan, &rd, data.buf, data.len, header, decode_row, &k);
     if (r < 0)
         goto done;
     if (r == 0) {
@@ -670,6 +763,7 @@ static PyObject *csv_decode(PyObject *self, PyObject *args)
     }
     result = decoder_result(&k);
 done:
+    reader_free(&rd);
     decoder_free(&k);
     PyBuffer_Release(&data);
     return result;
@@ -1246,6 +1340,618 @@ static PyObject *csv_records(PyObject *self, PyObject *args)
     return out;
 }
 
+/* ------------------------------------------------------------------ transcode: CSV -> JSON-form texts
+ *
+ * transcode(decode_plan, json_plan, data, header) reads a file as decode does and writes, per
+ * row, the JSON text of its row object and of its key object as the JSON-form writer
+ * (runtime/convert/jsonform.py) writes the values decode would make, under the table's
+ * schema: no Python value is made. It takes only texts whose value it can write exactly from
+ * the text itself (canonical ints and decimals, dates and datetimes, floats, UTF-8 text, NULL
+ * where the column is nullable); anything else hands the whole file back (None), and the
+ * caller takes the decode -> records -> dumps_lines path, which writes it or raises.
+ * json_lines(...) then assembles whole lines for a slice of the rows. */
+
+/* JSON kinds of a transcode plan (csv.py _JK_* mirrors these numbers). */
+enum {
+    JK_INT = 1,      /* DK_INT column of an Avro long (int64) or bigint (param: 1) */
+    JK_FLOAT = 2,    /* DK_FLOAT column of an Avro double */
+    JK_DECIMAL = 3,  /* DK_DECIMAL column of an Avro decimal(precision, scale) */
+    JK_DATE = 4,     /* DK_DATE */
+    JK_DATETIME = 5, /* DK_DATETIME (DATETIME / TIMESTAMP) */
+    JK_TEXT = 6,     /* DK_TEXT column of an Avro string */
+};
+
+typedef struct {
+    int kind, nullable;
+    int precision, scale; /* JK_DECIMAL; JK_INT: precision 1 = bigint (any 20 digits) */
+    const char *name;     /* `{"a":` for the first column, `,"a":` after */
+    Py_ssize_t name_len;
+} json_column;
+
+/* The transcode plan (csv.py _TranscodePlan.columns), unpacked once per call; texts borrowed. */
+typedef struct {
+    Py_ssize_t ncols, nkey;
+    json_column *cols;
+    Py_ssize_t *key_at;      /* column index of each key field */
+    const char **key_names;  /* `{"id":`, `,"x":` */
+    Py_ssize_t *key_name_lens;
+    PyObject *dumps;         /* orjson.dumps: a finite float's text */
+    PyObject *float_json;    /* float -> bytes: the text of NaN and the infinities */
+} json_plan;
+
+static void json_plan_free(json_plan *j)
+{
+    PyMem_Free(j->cols);
+    PyMem_Free(j->key_at);
+    PyMem_Free(j->key_names);
+    PyMem_Free(j->key_name_lens);
+}
+
+static int malformed_json_plan(void)
+{
+    PyErr_SetString(PyExc_SystemError, "_csv.transcode: malformed plan");
+    return -1;
+}
+
+static int unpack_json_plan(PyObject *plan, Py_ssize_t ncols, json_plan *j)
+{
+    PyObject *columns, *key;
+    memset(j, 0, sizeof *j);
+    if (!PyArg_ParseTuple(plan, "O!O!OO", &PyTuple_Type, &columns, &PyTuple_Type, &key, &j->dumps, &j->float_json))
+        return -1;
+    if (PyTuple_GET_SIZE(columns) != ncols || !PyCallable_Check(j->dumps) || !PyCallable_Check(j->float_json))
+        return malformed_json_plan();
+    j->ncols = ncols;
+    j->nkey = PyTuple_GET_SIZE(key);
+    j->cols = PyMem_Calloc((size_t)(ncols ? ncols : 1), sizeof(json_column));
+    j->key_at = PyMem_Calloc((size_t)(j->nkey ? j->nkey : 1), sizeof(Py_ssize_t));
+    j->key_names = PyMem_Calloc((size_t)(j->nkey ? j->nkey : 1), sizeof(char *));
+    j->key_name_lens = PyMem_Calloc((size_t)(j->nkey ? j->nkey : 1), sizeof(Py_ssize_t));
+    if (j->cols == NULL || j->key_at == NULL || j->key_names == NULL || j->key_name_lens == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        json_column *c = &j->cols[i];
+        PyObject *name;
+        PyObject *item = PyTuple_GET_ITEM(columns, i);
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "ipiiS", &c->kind, &c->nullable, &c->precision,
+                                                      &c->scale, &name)) {
+            PyErr_Clear();
+            return malformed_json_plan();
+        }
+        if (c->kind < JK_INT || c->kind > JK_TEXT || c->scale < 0)
+            return malformed_json_plan();
+        c->name = PyBytes_AS_STRING(name);
+        c->name_len = PyBytes_GET_SIZE(name);
+    }
+    for (Py_ssize_t k = 0; k < j->nkey; k++) {
+        PyObject *name, *item = PyTuple_GET_ITEM(key, k);
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nS", &j->key_at[k], &name)) {
+            PyErr_Clear();
+            return malformed_json_plan();
+        }
+        if (j->key_at[k] < 0 || j->key_at[k] >= ncols)
+            return malformed_json_plan();
+        j->key_names[k] = PyBytes_AS_STRING(name);
+        j->key_name_lens[k] = PyBytes_GET_SIZE(name);
+    }
+    return 0;
+}
+
+/* Whether s is well-formed UTF-8 as Python's strict decoder takes it (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF); ASCII runs are checked eight bytes at a time. */
+static int utf8_valid(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            unsigned long long w;
+            memcpy(&w, s + i, 8);
+            if ((w & 0x8080808080808080ULL) == 0) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* the lead byte fixes the length and the allowed range of the second byte */
+        int more;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0)
+                lo = 0xA0; /* overlong below U+0800 */
+            else if (c == 0xED)
+                hi = 0x9F; /* surrogates U+D800..U+DFFF */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0)
+                lo = 0x90; /* overlong below U+10000 */
+            else if (c == 0xF4)
+                hi = 0x8F; /* above U+10FFFF */
+        } else
+            return 0;
+        if (n - i - 1 < more || s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (int k = 2; k <= more; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return 0;
+        i += 1 + more;
+    }
+    return 1;
+}
+
+/* int(text)'s own digits: -?(0|[1-9][0-9]*), no "-0"; within int64 unless `any20` (then at most
+ * 20 digits, the bigint column's bound). Then str(int(text)) is the text. */
+static int canonical_int(const char *s, Py_ssize_t n, int any20)
+{
+    int negative = n > 0 && s[0] == '-';
+    const char *d = s + negative;
+    Py_ssize_t digits = n - negative;
+    if (digits == 0 || (d[0] == '0' && (digits > 1 || negative)))
+        return 0;
+    for (Py_ssize_t i = 0; i < digits; i++)
+        if (d[i] < '0' || d[i] > '9')
+            return 0;
+    if (any20)
+        return digits <= 20;
+    if (digits != 19)
+        return digits < 19;
+    /* equal lengths: digit strings compare as their numbers */
+    return memcmp(d, negative ? "9223372036854775808" : "9223372036854775807", 19) <= 0;
+}
+
+/* Decimal(text)'s own text, the one the writer writes for a decimal(precision, scale):
+ * -?(0|[1-9][0-9]*) then '.' and exactly `scale` digits (none and no point for scale 0),
+ * at most `precision` digits, no negative zero. */
+static int canonical_decimal(const char *s, Py_ssize_t n, int precision, int scale)
+{
+    int negative = n > 0 && s[0] == '-';
+    Py_ssize_t i = negative, whole = tidbparse_digit_run(s, negative, n);
+    if (whole == 0 || (s[i] == '0' && whole > 1) || whole + scale > precision)
+        return 0;
+    i += whole;
+    if (scale > 0) {
+        if (i >= n || s[i] != '.' || tidbparse_digit_run(s, i + 1, n) != scale)
+            return 0;
+        i += 1 + scale;
+    }
+    if (i != n)
+        return 0;
+    if (negative) {
+        for (Py_ssize_t k = 1; k < n; k++)
+            if (s[k] >= '1' && s[k] <= '9')
+                return 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* The transcoder's output so far: per row its row object, then its key object, in `text`. */
+typedef struct {
+    const decode_plan *plan;
+    const json_plan *json;
+    tt_buf text;     /* row objects and key objects */
+    tt_buf offsets;  /* long long per row: row start, key start; one more: the end */
+    tt_buf ops;      /* one letter per row */
+    tt_buf ts;       /* unsigned long long per row (with the commit-ts column) */
+    Py_ssize_t *spans; /* per column of the current row: start and length of its value text */
+} transcoder;
+
+static int put_raw(tt_buf *b, const void *v, Py_ssize_t n) { return tt_buf_put(b, (const char *)v, n); }
+
+/* `len` bytes at `start` of b appended to b (reserved first: growing moves the data). */
+static int buf_copy_within(tt_buf *b, Py_ssize_t start, Py_ssize_t len)
+{
+    if (tt_buf_reserve(b, len) < 0)
+        return -1;
+    memcpy(b->data + b->len, b->data + start, (size_t)len);
+    b->len += len;
+    return 0;
+}
+
+/* Whether repr(float(text)) is the text itself (with ".0" added when *add_dot0): a plain
+ * -?(0|[1-9]D*)(.D*[1-9])? of at most 15 significant digits, at least 1e-4 in magnitude. Why
+ * that holds: two decimals of <= 15 digits never round to one double (DBL_DIG), so the shortest
+ * round-trip digits of the value are the text's own, and repr prints them without an exponent
+ * in that range; orjson prints the same text there. Saves the shortest-digits search. */
+static int float_text_is_repr(const char *s, Py_ssize_t n, int *add_dot0)
+{
+    Py_ssize_t i = (n > 0 && s[0] == '-') ? 1 : 0, whole = tidbparse_digit_run(s, i, n);
+    if (whole == 0 || (s[i] == '0' && whole > 1))
+        return 0;
+    Py_ssize_t at = i + whole, fraction = 0, significant = (s[i] == '0') ? 0 : whole;
+    *add_dot0 = at == n;
+    if (at < n) {
+        fraction = tidbparse_digit_run(s, at + 1, n);
+        if (s[at] != '.' || fraction == 0 || at + 1 + fraction != n || s[n - 1] == '0')
+            return 0;
+        if (significant == 0) { /* 0.000ddd: leading zeros are not significant; 1e-4 at least */
+            Py_ssize_t zeros = 0;
+            while (s[at + 1 + zeros] == '0')
+                zeros++;
+            if (zeros > 3)
+                return 0;
+            significant = fraction - zeros;
+        } else {
+            significant += fraction;
+        }
+    }
+    return significant <= 15;
+}
+
+/* A float's JSON text as the writer writes it: orjson's (the plan's orjson.dumps) for a finite
+ * value, the plan's Python fallback for NaN and the infinities (JSON has no such number).
+ * 1 written, 0 hand back, -1 error. */
+static int put_json_double(tt_buf *b, const json_plan *j, double d)
+{
+    PyObject *v = PyFloat_FromDouble(d);
+    if (v == NULL)
+        return -1;
+    PyObject *text = PyObject_CallOneArg(isfinite(d) ? j->dumps : j->float_json, v);
+    Py_DECREF(v);
+    if (text == NULL)
+        return hand_back_exception();
+    int ok = PyBytes_CheckExact(text) ? tt_buf_put(b, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)) : -2;
+    Py_DECREF(text);
+    return ok == -2 ? 0 : ok < 0 ? -1 : 1;
+}
+
+/* A DOUBLE/FLOAT field's JSON text: the text itself where it is repr's, else from its value. */
+static int put_json_float(tt_buf *b, const json_plan *j, const field *f)
+{
+    int add_dot0;
+    if (float_text_is_repr(f->p, f->n, &add_dot0)) {
+        if (tt_buf_put(b, f->p, f->n) < 0 || (add_dot0 && tt_buf_put(b, ".0", 2) < 0))
+            return -1;
+        return 1;
+    }
+    double v;
+    int r = parse_double(f->p, f->n, &v);
+    if (r != TIDBPARSE_OK)
+        return r == TIDBPARSE_ERROR ? -1 : 0;
+    return put_json_double(b, j, v);
+}
+
+/* `YYYY-MM-DD HH:MM:SS[.f]` as tidbparse_datetime reads it, written as datetime.isoformat(' ')
+ * of that value (the writer's text): the fraction as six digits, none when zero. */
+static int put_json_datetime(tt_buf *b, const char *s, Py_ssize_t n)
+{
+    int y, mo, d, h, mi, se, us = 0;
+    if (!(n == 19 || (n >= 21 && n <= 26)) || s[10] != ' ')
+        return 0;
+    if (!tidbparse_ymd(s, &y, &mo, &d) || !tidbparse_hms(s + 11, &h, &mi, &se))
+        return 0;
+    if (n > 19 && (s[19] != '.' || (us = tidbparse_micros(s + 20, n - 20)) < 0))
+        return 0;
+    if (tt_buf_putc(b, '"') < 0 || tt_buf_put(b, s, 19) < 0)
+        return -1;
+    if (us != 0 && (tt_buf_putc(b, '.') < 0 || tt_buf_put_padded(b, (unsigned long long)us, 6) < 0))
+        return -1;
+    return tt_buf_putc(b, '"') < 0 ? -1 : 1;
+}
+
+static int put_quoted_verbatim(tt_buf *b, const field *f)
+{
+    if (tt_buf_putc(b, '"') < 0 || tt_buf_put(b, f->p, f->n) < 0 || tt_buf_putc(b, '"') < 0)
+        return -1;
+    return 1;
+}
+
+/* One field's JSON value text. 1 written, 0 hand back, -1 error. */
+static int put_json_value(transcoder *t, const json_column *c, const field *f)
+{
+    tt_buf *b = &t->text;
+    const dialect *d = &t->plan->d;
+    if (field_equals(f, d->null, d->null_len)) {
+        /* quoted: a value equal to the NULL text (decode hands that back too); NULL in a NOT
+         * NULL column does not fit the schema, and the writer would derive another one */
+        if (f->quoted || !c->nullable)
+            return 0;
+        return tt_buf_put(b, "null", 4) < 0 ? -1 : 1;
+    }
+    int y, m, day;
+    switch (c->kind) {
+    case JK_INT:
+        if (!canonical_int(f->p, f->n, c->precision == 1))
+            return 0;
+        return tt_buf_put(b, f->p, f->n) < 0 ? -1 : 1;
+    case JK_DECIMAL:
+        return canonical_decimal(f->p, f->n, c->precision, c->scale) ? put_quoted_verbatim(b, f) : 0;
+    case JK_DATE:
+        return f->n == 10 && tidbparse_ymd(f->p, &y, &m, &day) ? put_quoted_verbatim(b, f) : 0;
+    case JK_DATETIME:
+        return put_json_datetime(b, f->p, f->n);
+    case JK_FLOAT:
+        return put_json_float(b, t->json, f);
+    case JK_TEXT:
+        if (!utf8_valid((const unsigned char *)f->p, f->n))
+            return 0;
+        return tt_json_utf8_orjson(b, f->p, f->n) < 0 ? -1 : 1;
+    default:
+        return 0;
+    }
+}
+
+/* transcode's sink: the row's letter, commit ts, row object and key object. 1 taken, 0 hand
+ * back, -1 error. */
+static int transcode_row(void *ctx, const row_head *h)
+{
+    transcoder *t = ctx;
+    const json_plan *j = t->json;
+    tt_buf *b = &t->text;
+    long long at = (long long)b->len;
+    /* createdAt, (ts >> 18) * 10**6, must fit 64 bits in json_lines; Python's ints do the rest */
+    if ((h->commit_ts >> 18) > ULLONG_MAX / 1000000ULL)
+        return 0;
+    if (tt_buf_putc(&t->ops, h->op) < 0 || put_raw(&t->offsets, &at, sizeof at) < 0)
+        return -1;
+    if (t->plan->include_commit_ts && put_raw(&t->ts, &h->commit_ts, sizeof h->commit_ts) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < j->ncols; i++) {
+        const json_column *c = &j->cols[i];
+        if (tt_buf_put(b, c->name, c->name_len) < 0)
+            return -1;
+        Py_ssize_t start = b->len;
+        int r = put_json_value(t, c, &h->values[i]);
+        if (r <= 0)
+            return r;
+        t->spans[2 * i] = start;
+        t->spans[2 * i + 1] = b->len - start;
+    }
+    if (j->ncols == 0 && tt_buf_putc(b, '{') < 0)
+        return -1;
+    if (tt_buf_putc(b, '}') < 0)
+        return -1;
+    at = (long long)b->len;
+    if (put_raw(&t->offsets, &at, sizeof at) < 0)
+        return -1;
+    /* the key object: the key columns' value texts, copied from the row object just written */
+    for (Py_ssize_t k = 0; k < j->nkey; k++) {
+        Py_ssize_t c = j->key_at[k];
+        if (tt_buf_put(b, j->key_names[k], j->key_name_lens[k]) < 0
+            || buf_copy_within(b, t->spans[2 * c], t->spans[2 * c + 1]) < 0)
+            return -1;
+    }
+    if (j->nkey && tt_buf_putc(b, '}') < 0)
+        return -1;
+    return 1;
+}
+
+static void transcoder_free(transcoder *t)
+{
+    tt_buf_free(&t->text);
+    tt_buf_free(&t->offsets);
+    tt_buf_free(&t->ops);
+    tt_buf_free(&t->ts);
+    PyMem_Free(t->spans);
+}
+
+static PyObject *buf_bytes(const tt_buf *b) { return PyBytes_FromStringAndSize(b->data, b->len); }
+
+/* (text, offsets, ops, commit ts or None): see transcoder; offsets and commit ts native 64-bit. */
+static PyObject *transcoder_result(transcoder *t)
+{
+    long long at = (long long)t->text.len;
+    if (put_raw(&t->offsets, &at, sizeof at) < 0)
+        return NULL;
+    PyObject *ts = Py_None;
+    if (t->plan->include_commit_ts) {
+        if ((ts = buf_bytes(&t->ts)) == NULL)
+            return NULL;
+    } else {
+        Py_INCREF(ts);
+    }
+    return Py_BuildValue("(NNNN)", buf_bytes(&t->text), buf_bytes(&t->offsets), buf_bytes(&t->ops), ts);
+}
+
+static PyObject *csv_transcode(PyObject *self, PyObject *args)
+{
+    PyObject *plan, *jplan;
+    Py_buffer data;
+    int header;
+    if (!PyArg_ParseTuple(args, "O!O!y*p", &PyTuple_Type, &plan, &PyTuple_Type, &jplan, &data, &header))
+        return NULL;
+    decode_plan dp;
+    json_plan jp;
+    reader rd;
+    transcoder t;
+    PyObject *result = NULL;
+    memset(&jp, 0, sizeof jp);
+    memset(&rd, 0, sizeof rd);
+    memset(&t, 0, sizeof t);
+    if (unpack_decode_plan(plan, &dp) < 0 || unpack_json_plan(jplan, dp.ncols, &jp) < 0
+        || reader_init(&rd, &dp) < 0)
+        goto done;
+    t.plan = &dp;
+    t.json = &jp;
+    t.spans = PyMem_Calloc((size_t)(2 * dp.ncols + 2), sizeof(Py_ssize_t));
+    /* about as much JSON text as CSV text; the other buffers grow by doubling */
+    if (t.spans == NULL || tt_buf_init(&t.text, data.len + data.len / 2 + 64) < 0 || tt_buf_init(&t.offsets, 256) < 0
+        || tt_buf_init(&t.ops, 64) < 0 || tt_buf_init(&t.ts, 64) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int r = read_rows(&dp, &rd, data.buf, data.len, header, transcode_row, &t);
+    if (r < 0)
+        goto done;
+    if (r == 0) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
+    result = transcoder_result(&t);
+done:
+    transcoder_free(&t);
+    reader_free(&rd);
+    json_plan_free(&jp);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* ------------------------------------------------------------------ json_lines: rows -> JSON-form lines */
+
+static const char line_position[] = "{\"position\":\"";
+static const char line_operation[] = "\",\"operation\":";
+static const char line_metadata[] = ",\"metadata\":{";
+static const char line_key[] = "},\"key\":";
+static const char line_before[] = ",\"payload\":{\"before\":";
+static const char line_after[] = ",\"after\":";
+static const char line_end[] = "}}\n";
+#define LIT(s) (Py_ssize_t)(sizeof(s) - 1)
+
+/* The lines plan (csv.py _TranscodePlan.lines): the metadata texts around the two commit ts
+ * values and the operations' JSON texts; borrowed. */
+typedef struct {
+    PyObject *md_head, *md_mid, *md_tail, *op_create, *op_update, *op_delete;
+} lines_plan;
+
+static int decimal_len(unsigned long long v)
+{
+    int n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+static char *put_bytes(char *o, PyObject *b)
+{
+    memcpy(o, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+    return o + PyBytes_GET_SIZE(b);
+}
+
+static char *put_lit(char *o, const char *s, Py_ssize_t n)
+{
+    memcpy(o, s, (size_t)n);
+    return o + n;
+}
+
+static char *put_u64(char *o, unsigned long long v)
+{
+    char digits[MAX_U64_DIGITS];
+    int n = u64_digits(v, digits);
+    return put_lit(o, digits, n);
+}
+
+/* Standard padded base64 of s[0:n] (the position's last bytes: short). */
+static char *put_b64(char *o, const unsigned char *s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)s[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned)s[i + 1] << 8;
+        if (i + 2 < n)
+            v |= s[i + 2];
+        *o++ = b64_alphabet[v >> 18];
+        *o++ = b64_alphabet[(v >> 12) & 63];
+        *o++ = i + 1 < n ? b64_alphabet[(v >> 6) & 63] : '=';
+        *o++ = i + 2 < n ? b64_alphabet[v & 63] : '=';
+    }
+    return o;
+}
+
+static PyObject *csv_json_lines(PyObject *self, PyObject *args)
+{
+    PyObject *plan, *text, *offsets_b, *ops_b, *ts_b, *prefix, *extra;
+    Py_ssize_t start, end;
+    lines_plan lp;
+    if (!PyArg_ParseTuple(args, "O!SSSOnnSS", &PyTuple_Type, &plan, &text, &offsets_b, &ops_b, &ts_b, &start, &end,
+                          &prefix, &extra))
+        return NULL;
+    if (!PyArg_ParseTuple(plan, "SSSSSS", &lp.md_head, &lp.md_mid, &lp.md_tail, &lp.op_create, &lp.op_update,
+                          &lp.op_delete))
+        return NULL;
+    Py_ssize_t rows = PyBytes_GET_SIZE(ops_b);
+    if (start < 0 || end < start || end > rows
+        || PyBytes_GET_SIZE(offsets_b) != (Py_ssize_t)sizeof(long long) * (2 * rows + 1)
+        || !(ts_b == Py_None || (PyBytes_Check(ts_b) && PyBytes_GET_SIZE(ts_b) == 8 * rows))) {
+        PyErr_SetString(PyExc_SystemError, "_csv.json_lines: rows and slice do not match");
+        return NULL;
+    }
+    const long long *offsets = (const long long *)PyBytes_AS_STRING(offsets_b);
+    const char *ops = PyBytes_AS_STRING(ops_b), *txt = PyBytes_AS_STRING(text);
+    const unsigned long long *ts = ts_b == Py_None ? NULL : (const unsigned long long *)PyBytes_AS_STRING(ts_b);
+    if (offsets[2 * rows] != PyBytes_GET_SIZE(text)) {
+        PyErr_SetString(PyExc_SystemError, "_csv.json_lines: offsets do not match the text");
+        return NULL;
+    }
+    /* The prefix's whole 3-byte groups are base64'd once; each row encodes the rest + its number. */
+    Py_ssize_t plen = PyBytes_GET_SIZE(prefix), whole = plen / 3 * 3, rest = plen - whole;
+    const unsigned char *pre = (const unsigned char *)PyBytes_AS_STRING(prefix);
+    Py_ssize_t fixed = LIT(line_position) + whole / 3 * 4 + LIT(line_operation) + LIT(line_metadata)
+                       + PyBytes_GET_SIZE(lp.md_head) + PyBytes_GET_SIZE(lp.md_mid) + PyBytes_GET_SIZE(lp.md_tail)
+                       + PyBytes_GET_SIZE(extra) + LIT(line_key) + LIT(line_before) + LIT(line_after)
+                       + LIT(line_end) + 4; /* + the "null" of before or after */
+    /* exact size first, so the lines are written straight into one bytes object */
+    Py_ssize_t size = 0;
+    for (Py_ssize_t i = start; i < end; i++) {
+        unsigned long long t = ts ? ts[i] : 0;
+        PyObject *op = ops[i] == 'I' ? lp.op_create : ops[i] == 'U' ? lp.op_update : lp.op_delete;
+        Py_ssize_t key_len = offsets[2 * i + 2] - offsets[2 * i + 1];
+        Py_ssize_t row_len = offsets[2 * i + 1] - offsets[2 * i];
+        size += fixed + (rest + decimal_len((unsigned long long)i + 1) + 2) / 3 * 4 + PyBytes_GET_SIZE(op)
+                + decimal_len((t >> 18) * 1000000ULL) + decimal_len(t) + (key_len ? key_len : 4) + row_len;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    char *o = PyBytes_AS_STRING(out);
+    char *wpre = NULL;
+    for (Py_ssize_t i = start; i < end; i++) {
+        unsigned long long t = ts ? ts[i] : 0;
+        o = put_lit(o, line_position, LIT(line_position));
+        if (wpre == NULL) {
+            wpre = o;
+            o = put_b64(o, pre, whole);
+        } else {
+            o = put_lit(o, wpre, whole / 3 * 4); /* the first row's encoding of the same bytes */
+        }
+        unsigned char tail[2 + MAX_U64_DIGITS];
+        memcpy(tail, pre + whole, (size_t)rest);
+        int nd = u64_digits((unsigned long long)i + 1, (char *)tail + rest);
+        o = put_b64(o, tail, rest + nd);
+        o = put_lit(o, line_operation, LIT(line_operation));
+        o = put_bytes(o, ops[i] == 'I' ? lp.op_create : ops[i] == 'U' ? lp.op_update : lp.op_delete);
+        o = put_lit(o, line_metadata, LIT(line_metadata));
+        o = put_bytes(o, lp.md_head);
+        o = put_u64(o, (t >> 18) * 1000000ULL);
+        o = put_bytes(o, lp.md_mid);
+        o = put_u64(o, t);
+        o = put_bytes(o, lp.md_tail);
+        o = put_bytes(o, extra);
+        o = put_lit(o, line_key, LIT(line_key));
+        Py_ssize_t key_len = offsets[2 * i + 2] - offsets[2 * i + 1];
+        o = key_len ? put_lit(o, txt + offsets[2 * i + 1], key_len) : put_lit(o, "null", 4);
+        o = put_lit(o, line_before, LIT(line_before));
+        const char *row = txt + offsets[2 * i];
+        Py_ssize_t row_len = offsets[2 * i + 1] - offsets[2 * i];
+        if (ops[i] == 'D') {
+            o = put_lit(o, row, row_len);
+            o = put_lit(o, line_after, LIT(line_after));
+            o = put_lit(o, "null", 4);
+        } else {
+            o = put_lit(o, "null", 4);
+            o = put_lit(o, line_after, LIT(line_after));
+            o = put_lit(o, row, row_len);
+        }
+        o = put_lit(o, line_end, LIT(line_end));
+    }
+    if (o != PyBytes_AS_STRING(out) + size) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "_csv.json_lines: line size miscounted");
+        return NULL;
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ test entry point */
 
 static PyObject *csv_parse_value(PyObject *self, PyObject *args)
@@ -1282,6 +1988,10 @@ static PyMethodDef methods[] = {
      "decode(plan, data, header) -> (operations | None, commit_ts | None, columns) or None to hand back"},
     {"encode", csv_encode, METH_VARARGS,
      "encode(plan, kinds, commit_ts, rows) -> CSV bytes of the rows, or None to hand back"},
+    {"transcode", csv_transcode, METH_VARARGS,
+     "transcode(decode_plan, json_plan, data, header) -> (text, offsets, ops, commit_ts | None) or None to hand back"},
+    {"json_lines", csv_json_lines, METH_VARARGS,
+     "json_lines(lines_plan, text, offsets, ops, commit_ts, start, end, prefix, extra) -> JSON-form lines"},
     {"records", csv_records, METH_VARARGS,
      "records(plan, positions, operations, commit_ts, columns, start, end) -> [Record] or None to hand back"},
     {"parse_value", csv_parse_value, METH_VARARGS,

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..batch import RecordBatch, positions_of
 from ..errors import CdcflowError
 from ..heap import keep_freed_memory
 from ..pipeline.model import ConnectorConfig, PipelineConfig
@@ -259,6 +260,8 @@ def _open_source(
     settings = info.validate("source", cfg.settings, plugin_id=cfg.id)
     plugin = info.new_source()
     plugin.id = cfg.id
+    # with no processors anywhere, nothing before the destinations needs Record objects
+    plugin.lazy_batches = not (cfg.processors or pipe.processors or any(d.processors for d in pipe.destinations))
     chain = None
     try:
         plugin.configure(settings)
@@ -334,7 +337,7 @@ def _run_chain(chain, records: list[Record], nacks: _Nacks) -> tuple[list[Record
 
 
 def _process_batch(
-    batch: list[Record],
+    batch: Sequence[Record],
     source: _OpenSource,
     parts: _PipelineParts,
     stats: TaskStats,
@@ -342,11 +345,15 @@ def _process_batch(
 ) -> _Nacks:
     nacks = _Nacks()
     src_id, name, version = stats.task.source, source.name, source.version
-    for r in batch:
-        md = r.metadata
-        md[META_SOURCE_CONNECTOR_ID] = src_id
-        md[META_SOURCE_PLUGIN_NAME] = name
-        md[META_SOURCE_PLUGIN_VERSION] = version
+    if isinstance(batch, RecordBatch):
+        batch.add_metadata({META_SOURCE_CONNECTOR_ID: src_id, META_SOURCE_PLUGIN_NAME: name,
+                            META_SOURCE_PLUGIN_VERSION: version})
+    else:
+        for r in batch:
+            md = r.metadata
+            md[META_SOURCE_CONNECTOR_ID] = src_id
+            md[META_SOURCE_PLUGIN_NAME] = name
+            md[META_SOURCE_PLUGIN_VERSION] = version
     records, f1 = _run_chain(source.chain, batch, nacks)
     records, f2 = _run_chain(parts.chain, records, nacks)
     stats.filtered += f1 + f2
@@ -379,7 +386,7 @@ def _process_batch(
 def _settle(
     pipe: PipelineConfig,
     task: PartitionTask,
-    batch: list[Record],
+    batch: Sequence[Record],
     nacks: _Nacks,
     state: PartitionState,
     parts: _PipelineParts,
@@ -387,7 +394,7 @@ def _settle(
 ) -> tuple[list[bytes], str | None]:
     """Apply the nack window and write the DLQ; returns the positions now settled (``state``
     holds their position and window) and, if the pipeline must stop, why."""
-    positions = [r.position for r in batch]
+    positions = positions_of(batch)
     stop_at: int | None = None
     reason = ""
     window_after = state.window
@@ -525,6 +532,42 @@ def _work(
     """The batch cycle until the budget is used, the source ends or idles, or a stop is asked."""
     limits = ctx.limits
     batch_size = pipe.engine.batch_size or limits.batch_size
+
+    def one_batch() -> bool | None:
+        """Read, process, write and settle one batch: True if it had records, False if the
+        source had none yet, None if the source ended.
+
+        Runs with the automatic collector paused. A batch is ~10k records of a few container
+        objects each, all freed when this returns; with the collector running, every
+        young-generation pass over them (and the promotions to older generations) costs
+        ≈ 0.5 µs per record and finds nothing, as records hold no cycles. Objects a batch frees
+        also leave the collector's allocation count, so resuming it afterwards does not start
+        a collection; cyclic garbage a plugin leaves behind still counts and is collected later.
+        """
+        batch = source.plugin.read(batch_size)
+        if batch is None:
+            stats.ended = True
+            if not state.ended:
+                state.ended = True
+                checkpoints.save_now(state)
+            return None
+        if not batch:
+            return False
+        if not stats.read:
+            stats.timeline.append(("first-batch", time.time()))
+        stats.read += len(batch)
+        nacks = _process_batch(batch, source, parts, stats, checkpoints)
+        if nacks.by_position:
+            checkpoints.flush()  # DLQ writes, like destination writes, wait for the previous save
+        acked, stop_reason = _settle(pipe, task, batch, nacks, state, parts, stats)
+        if acked:
+            checkpoints.submit(state, acked)
+        if stop_reason is not None:
+            checkpoints.flush()
+            stats.stopped = stop_reason
+            raise PipelineStopped(stop_reason)
+        return True
+
     idle_since: float | None = None
     work_started = time.monotonic()  # the budget excludes opening plugins: every task reads
     while True:
@@ -538,7 +581,7 @@ def _work(
         collecting = gc.isenabled()
         gc.disable()
         try:
-            got = _one_batch(pipe, task, state, source, parts, stats, checkpoints, batch_size)
+            got = one_batch()
         finally:
             if collecting:
                 gc.enable()
@@ -558,51 +601,6 @@ def _work(
             stats.idle = True
             return
         time.sleep(0.01)
-
-
-def _one_batch(
-    pipe: PipelineConfig,
-    task: PartitionTask,
-    state: PartitionState,
-    source: _OpenSource,
-    parts: _PipelineParts,
-    stats: TaskStats,
-    checkpoints: _Checkpoints,
-    batch_size: int,
-) -> bool | None:
-    """Read, process, write and settle one batch: True if it had records, False if the source
-    had none yet, None if the source ended.
-
-    ``_work`` runs this with the automatic collector paused. A batch is ~10k records of a
-    few container objects each, all freed when this returns; with the collector running,
-    every young-generation pass over them (and the promotions to older generations) costs
-    ≈ 0.5 µs per record and finds nothing, as records hold no cycles. Objects a batch frees
-    also leave the collector's allocation count, so resuming it afterwards does not start a
-    collection; cyclic garbage a plugin leaves behind still counts and is collected later.
-    """
-    batch = source.plugin.read(batch_size)
-    if batch is None:
-        stats.ended = True
-        if not state.ended:
-            state.ended = True
-            checkpoints.save_now(state)
-        return None
-    if not batch:
-        return False
-    if not stats.read:
-        stats.timeline.append(("first-batch", time.time()))
-    stats.read += len(batch)
-    nacks = _process_batch(batch, source, parts, stats, checkpoints)
-    if nacks.by_position:
-        checkpoints.flush()  # DLQ writes, like destination writes, wait for the previous save
-    acked, stop_reason = _settle(pipe, task, batch, nacks, state, parts, stats)
-    if acked:
-        checkpoints.submit(state, acked)
-    if stop_reason is not None:
-        checkpoints.flush()
-        stats.stopped = stop_reason
-        raise PipelineStopped(stop_reason)
-    return True
 
 
 def _caught_up(plugin) -> bool:

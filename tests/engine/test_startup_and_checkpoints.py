@@ -173,3 +173,59 @@ def test_a_failure_still_acknowledges_the_saved_batch(tmp_path, monkeypatch, fai
     assert acks == [b"0/99"]
     assert state.load("order", "gen", "0").position == b"0/99"
     assert Path(tmp_path / "out.jsonl").read_bytes().count(b"\n") == 100
+
+
+# -- what a batch cycle runs under ----------------------------------------------------
+PROCESSOR = """\
+    processors:
+      - id: tag
+        plugin: field.set
+        settings:
+          field: .Metadata["x"]
+          value: "y"
+"""
+
+
+@pytest.mark.parametrize("processors", [False, True])
+def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(tmp_path, monkeypatch, processors):
+    """Automatic GC is off from read to checkpoint submit and back on between batches; the source
+    is offered lazy batches only when no processor needs Record objects."""
+    import gc
+
+    from cdcflow.connectors.file import FileDestination
+    from cdcflow.connectors.generator import GeneratorSource
+
+    seen: list[tuple[str, bool, bool]] = []
+    real_read, real_write = GeneratorSource.read, FileDestination.write
+
+    def read(self, n):
+        seen.append(("read", gc.isenabled(), self.lazy_batches))
+        return real_read(self, n)
+
+    def write(self, records):
+        seen.append(("write", gc.isenabled(), False))
+        return real_write(self, records)
+
+    monkeypatch.setattr(GeneratorSource, "read", read)
+    monkeypatch.setattr(FileDestination, "write", write)
+    text = PIPELINE.format(out=tmp_path / "out.jsonl")
+    if processors:
+        text = text.replace("    connectors:\n", PROCESSOR + "    connectors:\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    result = validate_files([str(path)])
+    assert not result.problems
+    pipe = result.pipelines[0]
+    ctx = RunContext({pipe.id: pipe}, StateDir(tmp_path / "state").create(), None, Limits(task_seconds=60))
+    assert gc.isenabled()
+    try:
+        stats = run_partition(ctx, PartitionTask("order", "gen", "0"))
+    finally:
+        teardown_all()
+    assert stats.error is None and stats.read == 500
+    assert gc.isenabled()  # restored after the last batch
+    assert [k for k, _, _ in seen].count("write") == 5
+    assert all(not enabled for _, enabled, _ in seen)
+    assert {lazy for k, _, lazy in seen if k == "read"} == {not processors}
+    lines = (tmp_path / "out.jsonl").read_bytes().splitlines()
+    assert len(lines) == 500 and (b'"x":"y"' in lines[0]) is processors
