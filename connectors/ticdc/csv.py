@@ -548,6 +548,10 @@ def _decode_plan(table: TableSchema, options: CsvOptions) -> tuple | None:
             _stdcsv.field_size_limit())
 
 
+#: where ``_decode_plan`` puts the column kinds (the transcoder's plan is built from them)
+_PLAN_KINDS = -6
+
+
 class CsvDecoder:
     """CSV bytes of one table -> ``RowChange`` list; errors name source, line and column.
 
@@ -619,7 +623,7 @@ class CsvDecoder:
         if hit is None or hit[0] is not store:
             if len(self._json_plans) > 64:
                 self._json_plans.clear()
-            hit = self._json_plans[id(store)] = (store, _transcode_plan(self.table, store, self._kernel_plan[-6]))
+            hit = self._json_plans[id(store)] = (store, _transcode_plan(self.table, store, self._kernel_plan[_PLAN_KINDS]))
         plan = hit[1]
         if plan is None:
             return None
