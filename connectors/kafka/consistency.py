@@ -25,24 +25,37 @@ from ..ticdc.events import DDLEvent, ResolvedEvent, RowChange
 
 Event = RowChange | DDLEvent | ResolvedEvent
 
+INLINE_HANDLES = 32  # handles a position carries itself; past this it names where to read them again
+
 
 class Dedup:
     """Replay filter for rows and DDL events (one instance per ordered stream).
 
+    Per table it keeps a mark: the highest applied commit ts and the handle keys
+    applied at exactly that ts, or ``None`` once the stream promised (a resolved
+    ts at or above the mark) that every row at that ts has been applied.
+
     Its state goes into every record position, so it is kept as JSON too and
     rebuilt only where it changed: one fragment per table, the DDL part apart.
+    A position must stay small even inside a transaction of a million rows, so
+    a table's handles are written out only up to ``INLINE_HANDLES``; past that
+    the fragment names where the first row at the mark's ts was read (``{"at":
+    offset}``), and a source restarted from it reads that stretch again to
+    collect the handles (``rebuild_start`` / ``rebuild_row`` / ``end_rebuild``).
     ``admit_row_json`` is the hot path: admit and return the state text at once.
     """
 
-    __slots__ = ("marks", "ddl_ts", "ddl_queries", "_tables", "_fragments", "_ddl_json", "_json")
+    __slots__ = ("marks", "ddl_ts", "ddl_queries", "rebuilding", "_tables", "_fragments", "_ddl_json", "_json")
 
     def __init__(self) -> None:
-        self.marks: dict[str, list] = {}  # collection -> [commit ts, set of handle texts at that ts]
+        # collection -> [commit ts, handle texts applied at that ts (None: all applied), offset of the first]
+        self.marks: dict[str, list] = {}
         self.ddl_ts = 0  # highest DDL commit ts applied
-        self.ddl_queries: set[str] = set()  # queries applied at ddl_ts (broadcast copies share ts)
+        self.ddl_queries: set[str] | None = set()  # queries applied at ddl_ts (None: all applied)
+        self.rebuilding: dict[str, int] = {}  # collection -> offset its handles must be read again from
         # id(table) -> (table, collection, handle text function, collection as JSON)
         self._tables: dict[int, tuple[Any, str, Callable[[dict], str], bytes]] = {}
-        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,[handles]]'
+        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,handles]'
         self._ddl_json: bytes | None = None  # JSON 'ddl_ts,[queries]'
         self._json: bytes | None = None  # state_json(), None when something changed since
 
@@ -56,16 +69,12 @@ class Dedup:
             info = self._tables[id(t)] = (t, coll, handle, orjson.dumps(coll))
         return info
 
-    def _handle_text(self, ev: RowChange) -> str:
-        """The row's identity: repr of its handle-key values (the whole row without handle key)."""
-        row = ev.row
-        return self._table(ev.table)[2](row if row is not None else {})
+    def admit_row(self, ev: RowChange, at: int = -1) -> bool:
+        """True for a row to apply, False for a replay. Rows without a commit ts (0) are always applied.
+        ``at`` is the offset the row was read at (-1: none; the handles are then always written out)."""
+        return not ev.commit_ts or self.admit_row_json(ev, at) is not None
 
-    def admit_row(self, ev: RowChange) -> bool:
-        """True for a row to apply, False for a replay. Rows without a commit ts (0) are always applied."""
-        return not ev.commit_ts or self.admit_row_json(ev) is not None
-
-    def admit_row_json(self, ev: RowChange) -> bytes | None:
+    def admit_row_json(self, ev: RowChange, at: int = -1) -> bytes | None:
         """``state_json()`` after admitting the row, or None for a replay."""
         ts = ev.commit_ts
         if not ts:
@@ -79,18 +88,25 @@ class Dedup:
         if mark is None or ts > mark[0]:
             row = ev.row
             h = info[2](row if row is not None else {})
-            self.marks[coll] = [ts, {h}]
-            fragment = b"%s:[%d,[%s]]" % (info[3], ts, orjson.dumps(h))
+            self.marks[coll] = [ts, {h}, at]
+            fragment = b"%s:[%d,[%s],%d]" % (info[3], ts, orjson.dumps(h), at)
         elif ts < mark[0]:
             return None
         else:
+            handles = mark[1]
+            if handles is None:
+                return None
             row = ev.row
             h = info[2](row if row is not None else {})
-            handles = mark[1]
             if h in handles:
                 return None
             handles.add(h)
-            fragment = b"%s:[%d,%s]" % (info[3], ts, orjson.dumps(sorted(handles)))
+            if len(handles) > INLINE_HANDLES and mark[2] >= 0:
+                if len(handles) > INLINE_HANDLES + 1 and self._json is not None:
+                    return self._json  # the fragment names the offset only: nothing changed
+                fragment = b'%s:[%d,{"at":%d}]' % (info[3], ts, mark[2])
+            else:
+                fragment = b"%s:[%d,%s,%d]" % (info[3], ts, orjson.dumps(sorted(handles)), mark[2])
         fragments = self._fragments
         fragments[coll] = fragment
         if len(fragments) != 1 or len(self.marks) != 1:
@@ -103,44 +119,107 @@ class Dedup:
         return text
 
     def admit_ddl(self, ev: DDLEvent) -> bool:
-        if ev.commit_ts < self.ddl_ts or (ev.commit_ts == self.ddl_ts and ev.query in self.ddl_queries):
+        queries = self.ddl_queries
+        if ev.commit_ts < self.ddl_ts or (ev.commit_ts == self.ddl_ts and (queries is None or ev.query in queries)):
             return False
         if ev.commit_ts > self.ddl_ts:
             self.ddl_ts = ev.commit_ts
-            self.ddl_queries = set()
-        self.ddl_queries.add(ev.query)
+            queries = self.ddl_queries = set()
+        queries.add(ev.query)
         self._ddl_json = self._json = None
         return True
 
+    def complete_through(self, ts: int) -> None:
+        """The stream promised every row and DDL with commit ts <= ``ts`` has been sent (a resolved
+        ts, or the released frontier): marks at or below it need no handles any more."""
+        changed = False
+        for coll, mark in self.marks.items():
+            if mark[0] <= ts and mark[1] is not None:
+                mark[1] = None
+                self._fragments.pop(coll, None)
+                self.rebuilding.pop(coll, None)
+                changed = True
+        if self.ddl_ts and self.ddl_ts <= ts and self.ddl_queries is not None:
+            self.ddl_queries = None
+            self._ddl_json = None
+            changed = True
+        if changed:
+            self._json = None
+
+    # -- restart inside a large transaction ------------------------------------------------
+    def rebuild_start(self) -> int | None:
+        """Offset to read from again to collect the handles a restored state only points at."""
+        return min(self.rebuilding.values()) if self.rebuilding else None
+
+    def rebuild_row(self, ev: RowChange, at: int) -> None:
+        """A row read again (at offset ``at``) before the resume point: collect its handle if its
+        table's mark points back at it."""
+        start = self.rebuilding.get(ev.table.collection) if type(ev) is RowChange else None
+        if start is None or at < start:
+            return
+        mark = self.marks[ev.table.collection]
+        if ev.commit_ts == mark[0]:
+            row = ev.row
+            mark[1].add(self._table(ev.table)[2](row if row is not None else {}))
+
+    def end_rebuild(self, complete: bool = False) -> None:
+        """The stretch was read (or cannot be: ``complete`` treats those marks as all applied)."""
+        for coll in self.rebuilding:
+            if complete:
+                self.marks[coll][1] = None
+            self._fragments.pop(coll, None)
+        self._json = None
+        self.rebuilding = {}
+
+    # -- state ---------------------------------------------------------------------------
     def _ddl_part(self) -> bytes:
-        text = self._ddl_json = b"%d,%s" % (self.ddl_ts, orjson.dumps(sorted(self.ddl_queries)))
+        queries = self.ddl_queries
+        text = self._ddl_json = b"%d,%s" % (self.ddl_ts, orjson.dumps(None if queries is None else sorted(queries)))
         return text
 
-    def state(self) -> list:
-        """JSON-able snapshot (for a position)."""
-        return [{c: [m[0], sorted(m[1])] for c, m in self.marks.items()}, self.ddl_ts, sorted(self.ddl_queries)]
+    def _fragment(self, coll: str, mark: list) -> bytes:
+        ts, handles, at = mark
+        if handles is None:
+            body = b"null"
+        elif at >= 0 and (len(handles) > INLINE_HANDLES or coll in self.rebuilding):
+            body = b'{"at":%d}' % at
+        else:
+            body = b"%s,%d" % (orjson.dumps(sorted(handles)), at)
+        return b"%s:[%d,%s]" % (orjson.dumps(coll), ts, body)
 
     def state_json(self) -> bytes:
-        """``orjson.dumps(self.state())``, rebuilt only for what changed since the last call."""
+        """The state as JSON (for a position), rebuilt only for what changed since the last call."""
         text = self._json
         if text is not None:
             return text
         fragments = self._fragments
-        for coll, (ts, handles) in self.marks.items():
+        for coll, mark in self.marks.items():
             if coll not in fragments:
-                fragments[coll] = b"%s:[%d,%s]" % (orjson.dumps(coll), ts, orjson.dumps(sorted(handles)))
+                fragments[coll] = self._fragment(coll, mark)
         parts = b",".join(fragments[c] for c in self.marks)
         ddl = self._ddl_json if self._ddl_json is not None else self._ddl_part()
         text = self._json = b"[{%s},%s]" % (parts, ddl)
         return text
+
+    def state(self) -> list:
+        """The state as JSON-able data (what ``from_state`` takes)."""
+        return orjson.loads(self.state_json())
 
     @classmethod
     def from_state(cls, data: list | None) -> "Dedup":
         d = cls()
         if data:
             marks, d.ddl_ts, queries = data
-            d.marks = {c: [int(m[0]), set(m[1])] for c, m in marks.items()}
-            d.ddl_queries = set(queries)
+            for coll, mark in marks.items():
+                ts, handles = int(mark[0]), mark[1]
+                if isinstance(handles, dict):  # too many to write out: read them again from there
+                    at = int(handles["at"])
+                    d.marks[coll] = [ts, set(), at]
+                    d.rebuilding[coll] = at
+                else:
+                    at = int(mark[2]) if len(mark) > 2 else -1
+                    d.marks[coll] = [ts, None if handles is None else set(handles), at]
+            d.ddl_queries = None if queries is None else set(queries)
         return d
 
 

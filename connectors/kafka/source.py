@@ -105,6 +105,7 @@ class KafkaSource(Source):
         self._parts = parts
         state = orjson.loads(position) if position else None
         resume: dict[str, tuple[int, int]] = {}
+        self._released_skip = (0, 0)
         if state is not None:
             kind = state[0]
             if kind == _ROW and not self._txn:
@@ -113,6 +114,8 @@ class KafkaSource(Source):
             elif kind == _TXN and self._txn:
                 resume = {p: (v[0], v[1]) for p, v in state[1].items()}
                 self._dedup = Dedup.from_state(state[2])
+                if len(state) > 3:
+                    self._released_skip = (state[3], state[4])
             else:
                 raise CdcflowError(f"kafka source {self.id or PLUGIN}: saved position is for consistency "
                                    f"{'row' if kind == _ROW else 'transaction'}; the setting changed. "
@@ -131,10 +134,13 @@ class KafkaSource(Source):
             except KafkaException as e:
                 log.warning("kafka source %s: reading committed offsets failed: %s", self.id, e)
         default = OFFSET_BEGINNING if s.read_from == "earliest" else OFFSET_END
+        self._rebuild_until = self._plan_rebuild(parts, resume)
         assign = []
         for p in parts:
             topic, num = _split(p)
-            if p in resume:
+            if self._rebuild_until is not None:
+                off = self._dedup.rebuild_start()
+            elif p in resume:
                 off = resume[p][0]
             elif p in committed:
                 off = committed[p]
@@ -144,6 +150,55 @@ class KafkaSource(Source):
         self._consumer.assign(assign)
         self._buffer = TransactionBuffer(parts, {p: r for p, r in resume.items()}) if self._txn else None
         self._emitted_resolved = 0
+
+    def _plan_rebuild(self, parts: list[str], resume: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+        """A row position restored inside a large transaction names where its handles were read
+        (``Dedup.rebuilding``): read from there again, up to the resume point, only to collect them.
+        Returns that resume point, or None when nothing is to be read again. Messages already gone
+        (retention) cannot be read: those marks then count as fully applied, as the transaction
+        is long complete."""
+        dedup = self._dedup
+        start = dedup.rebuild_start()
+        if start is None:
+            return None
+        if self._txn or parts[0] not in resume:
+            dedup.end_rebuild(complete=True)
+            return None
+        until = resume[parts[0]]
+        topic, num = _split(parts[0])
+        try:
+            low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, num), timeout=10)
+        except KafkaException as e:
+            low = start + 1
+            log.warning("kafka source %s: reading %s's low watermark failed: %s", self.id, parts[0], e)
+        if low > start or start >= until[0] + (1 if until[1] else 0):
+            log.warning("kafka source %s: %s from offset %d is gone; rows at the saved marks of %s count as "
+                        "applied", self.id, parts[0], start, ", ".join(sorted(dedup.rebuilding)))
+            dedup.end_rebuild(complete=True)
+            return None
+        return until
+
+    def _rebuild(self, msgs: list) -> list:
+        """Feed the messages before the resume point to the replay filter's rebuild; return the rest."""
+        until_off, until_skip = self._rebuild_until
+        dedup = self._dedup
+        for n, m in enumerate(msgs):
+            off = m.offset()
+            if off > until_off or (off == until_off and not until_skip):
+                dedup.end_rebuild()
+                self._rebuild_until = None
+                return msgs[n:]
+            events = self._decode(m)
+            if off == until_off:
+                events = events[:until_skip]
+            for ev in events:
+                if type(ev) is RowChange:
+                    dedup.rebuild_row(ev, off)
+            if off == until_off:
+                dedup.end_rebuild()
+                self._rebuild_until = None
+                return msgs[n:]  # the rest of this message: ``_skip`` drops what was returned
+        return []
 
     def _decode(self, msg) -> list:
         """Events (or records for opencdc-json) of one message."""
@@ -195,6 +250,13 @@ class KafkaSource(Source):
                 while want > 0:
                     n = min(want, _POLL_CHUNK)
                     msgs = self._poll(n, max(0.0, deadline - time.monotonic()))
+                    if msgs and self._rebuild_until is not None:
+                        # reading a transaction again is progress, not idleness: it does not count
+                        # against this read's messages or its wait
+                        deadline = time.monotonic() + self.settings.poll_timeout
+                        msgs = self._rebuild(msgs)
+                        if not msgs:
+                            continue
                     if msgs:
                         self._read_rows(msgs)
                         want -= len(msgs)
@@ -249,7 +311,7 @@ class KafkaSource(Source):
                                        f"cannot decode {proto} message: {e}") from None
             t = type(ev)
             if t is RowChange:
-                state = admit_row_json(ev)
+                state = admit_row_json(ev, m.offset())
                 if state is None:
                     continue
             elif t is DDLEvent:
@@ -257,6 +319,8 @@ class KafkaSource(Source):
                     continue
                 state = state_json()
             else:
+                if t is ResolvedEvent:
+                    dedup.complete_through(ev.ts)
                 state = state_json()
             pos = b'["row",%d,0,%s]' % (m.offset() + 1, state)
             if t is Record:  # opencdc-json: already a record, keep its place in the batch
@@ -289,11 +353,13 @@ class KafkaSource(Source):
             for i, ev in indexed:
                 t = type(ev)
                 if t is RowChange:
-                    if not dedup.admit_row(ev):
+                    if not dedup.admit_row(ev, off):
                         continue
                 elif t is DDLEvent:
                     if not dedup.admit_ddl(ev):
                         continue
+                elif t is ResolvedEvent:
+                    dedup.complete_through(ev.ts)
                 nxt, skip = (off + 1, 0) if i + 1 >= n else (off, i + 1)
                 pos = b'["row",%d,%d,%s]' % (nxt, skip, dedup.state_json())
                 if t is Record:
@@ -305,6 +371,15 @@ class KafkaSource(Source):
             out.extend(to_records(events, positions, store))
 
     def _read_transaction(self, msgs: list) -> None:
+        """Buffer, release what the global resolved ts completes, drop replays among it.
+
+        A released record's position is where this release started (resume points, replay filter)
+        plus how many records it had admitted: ``["txn", resume, state, L, n]`` = "from ``state``
+        at ``resume``, the first ``n`` records admitted with commit ts <= ``L`` were emitted".
+        Release order is deterministic (commit ts first), so a restart re-reads, re-admits and
+        skips exactly those. The filter never needs handles past a release: everything at or
+        below the frontier is complete, so positions stay small whatever the transaction size.
+        """
         buf = self._buffer
         for m in msgs:
             part = f"{m.topic()}:{m.partition()}"
@@ -314,19 +389,33 @@ class KafkaSource(Source):
                 buf.consumed[part] = (off + 1, 0)
             for i, ev in indexed:
                 buf.add(part, ev, off, i, n)
-        entries = buf.release()
-        dedup, store, out = self._dedup, self._store, self._outbox
         dumps = orjson.dumps
+        dedup, store, out = self._dedup, self._store, self._outbox
+        start = b'["txn",%s,%s' % (dumps(buf.resume()), dedup.state_json())
+        entries = buf.release()
+        limit = buf.frontier
+        skip_ts, skip_n = self._released_skip
+        admitted = skipped = 0
         for e in entries:
             ev = e.event
             keep = dedup.admit_row(ev) if type(ev) is RowChange else dedup.admit_ddl(ev)
             buf.mark_done(e)
-            if keep:
-                out.append(to_record(ev, b'["txn",%s,%s]' % (dumps(buf.resume()), dedup.state_json()), store))
+            if not keep:
+                continue
+            admitted += 1
+            if skipped < skip_n and e.ts <= skip_ts:
+                skipped += 1
+                continue  # emitted before the restart this release repeats
+            out.append(to_record(ev, b"%s,%d,%d]" % (start, limit, admitted), store))
+        if entries:
+            dedup.complete_through(limit)
+            if skip_n:
+                self._released_skip = (skip_ts, skip_n - skipped) if skip_n > skipped else (0, 0)
         if buf.frontier > self._emitted_resolved:
             self._emitted_resolved = buf.frontier
-            out.append(to_record(ResolvedEvent(buf.frontier),
-                                 b'["txn",%s,%s]' % (dumps(buf.resume()), dedup.state_json()), store))
+            skip_ts, skip_n = self._released_skip
+            out.append(to_record(ResolvedEvent(buf.frontier), b'["txn",%s,%s,%d,%d]' % (
+                dumps(buf.resume()), dedup.state_json(), skip_ts, skip_n), store))
 
     def ack(self, positions: Sequence[bytes]) -> None:
         if not positions or self._consumer is None:

@@ -9,9 +9,10 @@ of the rule (drop below the table's mark, or at it with a handle already applied
 from __future__ import annotations
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from cdcflow.connectors.kafka import consistency
 from cdcflow.connectors.kafka.consistency import Dedup
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange
 from cdcflow.tidb import Column, TableSchema
@@ -24,25 +25,70 @@ def _table(name: str, keyed: bool) -> TableSchema:
 
 TABLES = [_table("orders", True), _table("items", True), _table('odd "name"\\', False)]
 
+ROWS = st.tuples(st.just("row"), st.integers(0, 2), st.integers(0, 4), st.integers(0, 4), st.sampled_from(["a", 'q"']))
 EVENTS = st.lists(st.one_of(
-    st.tuples(st.just("row"), st.integers(0, 2), st.integers(0, 6), st.integers(0, 3), st.sampled_from(["a", 'q"'])),
-    st.tuples(st.just("ddl"), st.integers(1, 6), st.sampled_from(["ALTER A", "ALTER B"])),
+    ROWS, ROWS, ROWS,  # mostly rows, so that transactions of several rows at one ts come up
+    st.tuples(st.just("ddl"), st.integers(1, 4), st.sampled_from(["ALTER A", "ALTER B"])),
+    st.tuples(st.just("resolved"), st.integers(0, 4)),
     st.tuples(st.just("restart"),),
-), max_size=40)
+), max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+def _expected_json(model: dict, ddl_ts: int, ddl_queries: set | None) -> list:
+    marks = {}
+    for coll, (ts, handles, at) in model.items():
+        if handles is None:
+            marks[coll] = [ts, None]
+        elif len(handles) > consistency.INLINE_HANDLES:
+            marks[coll] = [ts, {"at": at}]
+        else:
+            marks[coll] = [ts, sorted(handles), at]
+    return [marks, ddl_ts, None if ddl_queries is None else sorted(ddl_queries)]
+
+
+@settings(max_examples=500, deadline=None)
 @given(EVENTS)
+@example([("row", 0, 3, k, "a") for k in range(4)] + [("restart",), ("row", 0, 3, 1, "a"), ("row", 0, 3, 4, "a")])
+@example([("row", 0, 3, k, "a") for k in range(4)] + [("resolved", 3), ("restart",), ("row", 0, 3, 4, "a")])
 def test_cached_state_is_the_state_and_follows_the_rule(events):
+    """Against a model of the rule (drop below the table's mark, or at it with a handle already
+    applied, or at it once a resolved ts covered it). ``INLINE_HANDLES`` is lowered so that
+    positions naming an offset instead of the handles come up; a restart then reads the rows
+    from that offset again, as the source does, and must end with the same filter."""
+    inline = consistency.INLINE_HANDLES
+    consistency.INLINE_HANDLES = 2
+    try:
+        _run(events)
+    finally:
+        consistency.INLINE_HANDLES = inline
+
+
+def _run(events):
     d = Dedup()
-    model: dict[str, tuple[int, set]] = {}
+    model: dict[str, tuple[int, set | None, int]] = {}
     ddl_ts, ddl_queries = 0, set()
-    for e in events:
+    history: list[tuple[int, RowChange]] = []  # every row read so far, at its offset
+    for offset, e in enumerate(events):
         if e[0] == "restart":  # what a restart does: a new filter from the last position's state
             d = Dedup.from_state(orjson.loads(d.state_json()))
+            start = d.rebuild_start()
+            if start is not None:
+                for at, ev in history:
+                    if at >= start:
+                        d.rebuild_row(ev, at)
+                d.end_rebuild()
+            assert d.rebuild_start() is None
+        elif e[0] == "resolved":
+            _, ts = e
+            d.complete_through(ts)
+            for coll, (mts, handles, at) in model.items():
+                if mts <= ts:
+                    model[coll] = (mts, None, at)
+            if ddl_ts and ddl_ts <= ts:
+                ddl_queries = None
         elif e[0] == "ddl":
             _, ts, q = e
-            expect = not (ts < ddl_ts or ts == ddl_ts and q in ddl_queries)
+            expect = not (ts < ddl_ts or ts == ddl_ts and (ddl_queries is None or q in ddl_queries))
             if expect:
                 if ts > ddl_ts:
                     ddl_ts, ddl_queries = ts, set()
@@ -52,24 +98,24 @@ def test_cached_state_is_the_state_and_follows_the_rule(events):
             _, ti, ts, key, v = e
             t = TABLES[ti]
             ev = RowChange(t, "insert", ts, {"id": key, "v": v})
+            history.append((offset, ev))
             handle = repr((key,)) if ti < 2 else repr(tuple(sorted(ev.row.items())))
             mark = model.get(t.collection)
             if not ts:
                 expect = True
             elif mark is None or ts > mark[0]:
-                expect, model[t.collection] = True, (ts, {handle})
-            elif ts < mark[0] or handle in mark[1]:
+                expect, model[t.collection] = True, (ts, {handle}, offset)
+            elif ts < mark[0] or mark[1] is None or handle in mark[1]:
                 expect = False
             else:
                 expect = True
                 mark[1].add(handle)
-            text = d.admit_row_json(ev)
+            text = d.admit_row_json(ev, offset)
             assert (text is not None) is expect
             if text is not None:
-                assert text == orjson.dumps(d.state())
+                assert orjson.loads(text) == d.state()
         assert d.state_json() == orjson.dumps(d.state())
-        assert orjson.loads(d.state_json()) == [{c: [m[0], sorted(m[1])] for c, m in model.items()}, ddl_ts,
-                                                sorted(ddl_queries)]
+        assert d.state() == _expected_json(model, ddl_ts, ddl_queries)
 
 
 def test_admit_row_keeps_its_meaning():
@@ -81,4 +127,34 @@ def test_admit_row_keeps_its_meaning():
     assert not d.admit_row(RowChange(t, "insert", 5, {"id": 1}))
     assert d.admit_row(RowChange(t, "delete", 5, None))  # no row: identified by the empty row
     assert not d.admit_row(RowChange(t, "insert", 4, {"id": 2}))
-    assert orjson.loads(d.state_json()) == [{"shop.orders": [5, sorted(["(1,)", "(None,)"])]}, 0, []]
+    assert orjson.loads(d.state_json()) == [{"shop.orders": [5, sorted(["(1,)", "(None,)"]), -1]}, 0, []]
+
+
+def test_a_large_transaction_keeps_positions_small_and_restarts_exactly():
+    """10 000 rows at one commit ts: every position stays the same small size (it names the
+    offset of the first row instead of 10 000 handles), and a filter restored from any of them,
+    after reading the rows from that offset again, drops exactly the rows applied before it."""
+    t = TABLES[0]
+    rows = [RowChange(t, "insert", 7, {"id": k, "v": "a"}) for k in range(10_000)]
+    d = Dedup()
+    d.admit_row_json(RowChange(t, "insert", 6, {"id": -1, "v": "a"}), 0)  # an earlier transaction
+    sizes = set()
+    positions = {}
+    for at, ev in enumerate(rows, start=100):
+        text = d.admit_row_json(ev, at)
+        sizes.add(len(text))
+        positions[at] = text
+    assert max(sizes) < 400  # at most INLINE_HANDLES handles written out
+    for cut in (100 + 5, 100 + 32, 100 + 33, 100 + 5_000, 100 + 9_999):
+        restored = Dedup.from_state(orjson.loads(positions[cut]))
+        assert restored.rebuild_start() == (100 if cut - 100 + 1 > consistency.INLINE_HANDLES else None)
+        if restored.rebuild_start() is not None:
+            for at, ev in enumerate(rows[:cut - 100 + 1], start=100):
+                restored.rebuild_row(ev, at)
+            restored.end_rebuild()
+        # TiCDC restarted: the whole transaction again; only what followed the cut gets through
+        admitted = [ev.row["id"] for ev in rows if restored.admit_row(ev, 20_000)]
+        assert admitted == list(range(cut - 100 + 1, 10_000))
+    d.complete_through(7)  # a resolved ts covers the transaction: no handles kept, no rebuild needed
+    assert orjson.loads(d.state_json())[0] == {t.collection: [7, None]}
+    assert not d.admit_row(rows[0], 30_000)

@@ -83,7 +83,8 @@ def test_avro_written_by_cdcflow_reads_with_confluent_deserializer(kafka_broker,
     assert [v["id"] for v in values] == [0, 1, 2]
     assert values[1]["name"] == "n1" and str(values[1]["price"]) == "1.25"
     assert values[2]["_tidb_op"] == "c" and values[2]["_tidb_commit_ts"] == tso(5002)
-    assert RegistryClient(schema_registry).versions(f"{topic}-value") == [1]
+    client = RegistryClient(schema_registry)
+    assert client.versions(f"{topic}-value") == [1] and client.versions(f"{topic}-key") == [1]
 
 
 def test_confluent_serializer_output_decodes_in_source(kafka_broker, schema_registry, unique_name):
@@ -245,3 +246,75 @@ def test_avro_schema_evolution_new_version_and_409_to_dlq(kafka_broker, schema_r
     assert "registry refused the schema" in errors[1] and "409" in errors[1], errors[1]
     assert client.versions(subject) == [1, 2]
     assert len(raw_messages(kafka_broker, subject[:-len("-value")], idle=0.8)) == 4  # the refused row is not sent
+
+
+def _open_protocol_kinds(key: bytes) -> list[int]:
+    """The ``t`` of every event in an open-protocol batch key (version, then length-prefixed JSON keys)."""
+    assert int.from_bytes(key[:8], "big") == 1
+    kinds, at = [], 8
+    while at < len(key):
+        n = int.from_bytes(key[at:at + 8], "big")
+        kinds.append(json.loads(key[at + 8:at + 8 + n])["t"])
+        at += 8 + n
+    return kinds
+
+
+def _open_protocol_values(value: bytes) -> list[bytes]:
+    out, at = [], 0
+    while at < len(value):
+        n = int.from_bytes(value[at:at + 8], "big")
+        out.append(value[at + 8:at + 8 + n])
+        at += 8 + n
+    return out
+
+
+def _read_placed(protocol: str, m) -> tuple[str, list[int]]:
+    """What a message carries and the row ids in it, read the way a TiCDC consumer reads it
+    (the formats' framing and field names, no cdcflow decoder)."""
+    if protocol == "open-protocol":
+        kinds = set(_open_protocol_kinds(m.key()))
+        assert len(kinds) == 1, kinds
+        kind = {1: "row", 2: "ddl", 3: "resolved"}[kinds.pop()]
+        ids = [int(json.loads(v)["u"]["id"]["v"]) for v in _open_protocol_values(m.value())] if kind == "row" else []
+        return kind, ids
+    value = json.loads(m.value())
+    if value["type"] == "TIDB_WATERMARK":
+        return "resolved", []
+    if value["isDdl"]:
+        return "ddl", []
+    return "row", [int(value["data"][0]["id"])]
+
+
+@pytest.mark.parametrize("protocol, extension, ddl_partitions, resolved_partitions", [
+    ("open-protocol", False, [0, 1, 2], [0, 1, 2]),  # both broadcast
+    ("canal-json", True, [0], [0, 1, 2]),  # DDL to partition 0, watermarks everywhere
+    ("canal-json", False, [0], []),  # no watermarks without the extension
+])
+def test_control_events_go_to_the_partitions_ticdc_uses(kafka_broker, unique_name, protocol, extension,
+                                                        ddl_partitions, resolved_partitions):
+    topic = unique_name
+    create_topic(kafka_broker, topic, 3)
+    dst = make_destination({"uri": f"kafka://{kafka_broker}/{topic}?protocol={protocol}"
+                                   f"&enable-tidb-extension={str(extension).lower()}", "partition": "index-value"})
+    ddl = DDLEvent("shop", "orders", "ALTER TABLE orders ADD COLUMN c INT", tso(50), 5)
+    events = [row(ORDERS, i, tso(10 + i)) for i in range(12)]
+    events[6:6] = [ddl]
+    events.append(ResolvedEvent(tso(60)))
+    assert dst.write([record(e) for e in events]) is None
+    dst.teardown()
+    placed: dict[str, list[int]] = {"row": [], "ddl": [], "resolved": []}
+    rows: list[tuple[int, int, int]] = []  # (partition, offset, id)
+    for m in raw_messages(kafka_broker, topic, idle=0.8):
+        kind, ids = _read_placed(protocol, m)
+        placed[kind].append(m.partition())
+        rows += [(m.partition(), m.offset(), i) for i in ids]
+    assert sorted(placed["ddl"]) == ddl_partitions
+    assert sorted(placed["resolved"]) == resolved_partitions
+    assert sorted(i for _, _, i in rows) == list(range(12))
+    assert len({p for p, _, _ in rows}) > 1  # index-value spread the rows
+    # where the DDL lands it keeps its place: rows written before it come before it, the others after
+    ddl_offset = {m.partition(): m.offset() for m in raw_messages(kafka_broker, topic, idle=0.5)
+                  if _read_placed(protocol, m)[0] == "ddl"}
+    for part, offset, i in rows:
+        if part in ddl_offset:
+            assert (i < 6) == (offset < ddl_offset[part]), (part, offset, i)
