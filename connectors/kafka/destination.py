@@ -31,7 +31,7 @@ from ..ticdc.events import (
 from ..ticdc.open_protocol import MessageTooLarge
 from .codecs import encoder_for
 from .dispatch import dispatcher, table_hash, topic_for
-from .settings import PLUGIN, KafkaSettings, client_config, resolve
+from .settings import PLUGIN, KafkaSettings, make_client, resolve
 
 log = logging.getLogger("cdcflow.connectors.kafka.destination")
 
@@ -67,28 +67,39 @@ class KafkaDestination(Destination):
         if hasattr(registry, "check_reachable"):
             registry.check_reachable()  # as TiCDC: an unreachable registry fails at start, not per record
         self._dispatch = dispatcher(s.partition, s.columns)
-        self._producer = Producer(client_config(
-            s, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                  "message.max.bytes": min(1_000_000_000, s.max_message_bytes + _FRAME_SLACK),
-                  "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000}))
-        self._admin = AdminClient(client_config(s))
-        self._partitions: dict[str, int] = {}  # topic -> partition count
+        self._producer = make_client(Producer, s, **{
+            "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            "allow.auto.create.topics": False,  # topics are created here, with partition-num
+            "message.max.bytes": min(1_000_000_000, s.max_message_bytes + _FRAME_SLACK),
+            "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
+        self._admin = make_client(AdminClient, s)
+        self._partitions: dict[str, int] = {}  # topic -> partitions rows are dispatched over
+        self._all_partitions: dict[str, int] = {}  # topic -> partitions it has (control events go to all)
 
     # -- topics --------------------------------------------------------------------------
     def _partition_count(self, topic: str) -> int:
+        """Partitions rows of ``topic`` are dispatched over: the topic's own count, or ``partition-num``
+        when the user set it (TiCDC's rule: fewer than the topic has is allowed, more is an error).
+        A missing topic is created with ``partition-num`` and ``replication-factor`` unless
+        ``auto-create-topic`` is false."""
         n = self._partitions.get(topic)
         if n is not None:
             return n
+        s = self.settings
         md = self._producer.list_topics(topic, timeout=10)
         tmd = md.topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:
-            futures = self._admin.create_topics([NewTopic(topic, self.settings.partition_num)], operation_timeout=10)
+            if not s.auto_create_topic:
+                raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: topic {topic!r} does not exist "
+                                            f"on {s.servers} and auto-create-topic is false")
+            futures = self._admin.create_topics([NewTopic(topic, s.partition_num, s.replication_factor)],
+                                                operation_timeout=10)
             try:
                 futures[topic].result(15)
             except KafkaException as e:
                 if "TOPIC_ALREADY_EXISTS" not in str(e):
                     raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: cannot create topic "
-                                                f"{topic!r} on {self.settings.servers}: {e}") from None
+                                                f"{topic!r} on {s.servers}: {e}") from None
             deadline = time.monotonic() + 10
             while True:
                 tmd = self._producer.list_topics(topic, timeout=10).topics.get(topic)
@@ -98,7 +109,14 @@ class KafkaDestination(Destination):
                     raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: topic {topic!r} has no "
                                                 "partitions after creating it")
                 time.sleep(0.05)
-        n = self._partitions[topic] = len(tmd.partitions)
+        n = self._all_partitions[topic] = len(tmd.partitions)
+        if s.partition_num_set:
+            if s.partition_num > n:
+                raise KafkaDestinationError(
+                    f"kafka destination {self.id or PLUGIN}: partition-num {s.partition_num} is more than the "
+                    f"{n} partitions topic {topic!r} has")
+            n = s.partition_num
+        self._partitions[topic] = n
         return n
 
     def _broadcast_topics(self) -> list[str]:
@@ -252,8 +270,8 @@ class KafkaDestination(Destination):
         else:
             topics = self._broadcast_topics()
         for topic in topics:
-            n = self._partition_count(topic)
-            parts = [0] if (proto == "canal-json" and type(ev) is DDLEvent) else range(n)
+            self._partition_count(topic)
+            parts = [0] if (proto == "canal-json" and type(ev) is DDLEvent) else range(self._all_partitions[topic])
             for p in parts:
                 emit(topic, p, key, value, [i])
 

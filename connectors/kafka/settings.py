@@ -10,14 +10,18 @@ before anything connects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from confluent_kafka import KafkaException
 
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType, option_bool
 
 PLUGIN = "kafka"
+T = TypeVar("T")
 PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json")
+PROTOCOL_ALIASES = {"flat-avro": "avro"}  # TiCDC's other name for its Avro protocol
 DISPATCHERS = ("default", "table", "ts", "index-value", "rowid", "columns")
 CONSISTENCY = ("row", "transaction")
 READ_FROM = ("earliest", "latest")
@@ -30,16 +34,24 @@ _URI_OPTIONS = (
     "protocol", "enable-tidb-extension", "avro-decimal-handling-mode", "avro-bigint-unsigned-handling-mode",
     "avro-enable-watermark", "schema-registry", "max-message-bytes", "partition-num", "max-batch-size",
     "content-compatible", "only-output-updated-columns", "partition", "columns", "large-message-handle-option",
+    "replication-factor", "auto-create-topic",
 )
 # URI query parameters TiCDC knows that map onto librdkafka properties
 _URI_CLIENT = {
     "sasl-user": "sasl.username", "sasl-password": "sasl.password", "sasl-mechanism": "sasl.mechanism",
     "ca": "ssl.ca.location", "cert": "ssl.certificate.location", "key": "ssl.key.location",
-    "kafka-client-id": "client.id",
+    "kafka-client-id": "client.id", "compression": "compression.type",
+    "sasl-gssapi-service-name": "sasl.kerberos.service.name", "sasl-gssapi-keytab-path": "sasl.kerberos.keytab",
 }
+# URI parameters read below, before they become client properties (or errors)
+_URI_CLIENT_RULES = ("enable-tls", "insecure-skip-verify", "sasl-gssapi-auth-type", "sasl-gssapi-user",
+                     "sasl-gssapi-realm", "sasl-gssapi-password", "sasl-gssapi-kerberos-config-path",
+                     "sasl-gssapi-disable-pafxfast")
 # accepted and ignored: they tune TiCDC's own Kafka client in ways librdkafka decides itself
-_URI_IGNORED = frozenset({"kafka-version", "replication-factor", "compression", "auto-create-topic",
-                          "dial-timeout", "read-timeout", "write-timeout", "required-acks"})
+# (``required-acks``: cdcflow's idempotent producer always waits for every in-sync replica)
+_URI_IGNORED = frozenset({"kafka-version", "dial-timeout", "read-timeout", "write-timeout", "required-acks"})
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def _p(description: str, **kw: Any) -> Parameter:
@@ -49,7 +61,7 @@ def _p(description: str, **kw: Any) -> Parameter:
 _COMMON: dict[str, Parameter] = {
     "uri": _p("TiCDC sink URI kafka://host:port[,host:port]/topic?protocol=...&...; discrete settings win."),
     "servers": _p("Bootstrap servers, comma separated (default: the URI's hosts)."),
-    "protocol": _p("Message format.", inclusion=PROTOCOLS),
+    "protocol": _p("Message format (flat-avro: TiCDC's alias of avro).", inclusion=(*PROTOCOLS, *PROTOCOL_ALIASES)),
     "schema-registry": _p("Confluent schema registry URL (user:password@ allowed) for avro; "
                           "default: cdcflow's built-in schema store."),
     "enable-tidb-extension": _p("TiCDC's _tidb_* fields / _tidb block / watermarks.", type=ParamType.BOOL),
@@ -82,7 +94,13 @@ DESTINATION_PARAMS: dict[str, Parameter] = {
     "topic": _p("Topic or topic rule with {schema} and {table} (default: the URI's topic)."),
     "partition": _p("Partition dispatcher.", inclusion=DISPATCHERS),
     "columns": _p("Columns the 'columns' dispatcher hashes, comma separated."),
-    "partition-num": _p("Partitions of a topic the destination creates.", type=ParamType.INT, greater_than=0),
+    "partition-num": _p("Partitions of a topic the destination creates (default 3); set on an existing topic, "
+                        "rows are dispatched over that many partitions, as TiCDC does.",
+                        type=ParamType.INT, greater_than=0),
+    "replication-factor": _p("Replication factor of a topic the destination creates (default 1).",
+                             type=ParamType.INT, greater_than=0),
+    "auto-create-topic": _p("Create a missing topic (default true; false: a missing topic is an error).",
+                            type=ParamType.BOOL),
     "max-batch-size": _p("open-protocol: rows per message.", type=ParamType.INT, greater_than=0),
     "content-compatible": _p("canal-json: Canal-compatible mysqlType/old.", type=ParamType.BOOL),
     "only-output-updated-columns": _p("canal-json/open-protocol: old image holds changed columns only.",
@@ -113,6 +131,9 @@ class KafkaSettings:
     partition: str = "default"
     columns: list[str] = field(default_factory=list)
     partition_num: int = DEFAULT_PARTITION_NUM
+    partition_num_set: bool = False  # given by the user: dispatch over that many partitions
+    replication_factor: int = 1
+    auto_create_topic: bool = True
     max_batch_size: int = 16
     content_compatible: bool = False
     only_output_updated_columns: bool = False
@@ -164,23 +185,66 @@ def parse_uri(uri: str, plugin: str = PLUGIN) -> tuple[str, str, dict[str, str]]
         raise ConfigError(plugin, "uri", "servers", "the URI names no broker (kafka://host:port/topic)")
     topic = unquote(parts.path.lstrip("/"))
     opts: dict[str, str] = {}
-    if parts.scheme == "kafka+ssl":
-        opts["kafka.security.protocol"] = "ssl"
+    rules: dict[str, str] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in _URI_OPTIONS:
             opts[name] = value
         elif name in _URI_CLIENT:
             opts["kafka." + _URI_CLIENT[name]] = value
-        elif name == "enable-tls":
-            if value.lower() == "true":
-                opts.setdefault("kafka.security.protocol", "ssl")
+        elif name in _URI_CLIENT_RULES:
+            rules[name] = value
         elif name not in _URI_IGNORED:
-            known = ", ".join(sorted((*_URI_OPTIONS, *_URI_CLIENT, *_URI_IGNORED, "enable-tls")))
+            known = ", ".join(sorted((*_URI_OPTIONS, *_URI_CLIENT, *_URI_CLIENT_RULES, *_URI_IGNORED)))
             raise ConfigError(plugin, "uri", "query", f"unknown URI parameter {name!r} (known: {known})")
-    if "kafka.sasl.username" in opts:
-        opts.setdefault("kafka.security.protocol", "sasl_ssl" if "kafka.ssl.ca.location" in opts else "sasl_plaintext")
-        opts.setdefault("kafka.sasl.mechanism", "PLAIN")
+    _client_security(opts, rules, parts.scheme == "kafka+ssl", plugin)
     return servers, topic, opts
+
+
+def _client_security(opts: dict[str, str], rules: dict[str, str], ssl_scheme: bool, plugin: str) -> None:
+    """TiCDC's TLS and SASL URI parameters → librdkafka's ``security.protocol`` and friends.
+
+    TLS is on with ``kafka+ssl://``, ``enable-tls=true`` or any of ``ca``/``cert``/``key`` (TiCDC's
+    rule: credential files imply TLS, and contradict ``enable-tls=false``); SASL is on with a user
+    or mechanism. Kerberos settings librdkafka cannot take are refused, naming the alternative.
+    """
+    files = [n for n in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location") if f"kafka.{n}" in opts]
+    enable_tls = rules.get("enable-tls")
+    tls = ssl_scheme or bool(files)
+    if enable_tls is not None:
+        wanted = option_bool(plugin, "enable-tls", enable_tls)
+        if files and not wanted:
+            raise ConfigError(plugin, "uri", "enable-tls", "credential files (ca, cert, key) are given but "
+                              "enable-tls=false (TiCDC's rule)")
+        tls = tls or wanted
+    if tls and option_bool(plugin, "insecure-skip-verify", rules.get("insecure-skip-verify", False)):
+        opts["kafka.enable.ssl.certificate.verification"] = "false"
+    mechanism = opts.get("kafka.sasl.mechanism")
+    if mechanism is not None:
+        mechanism = opts["kafka.sasl.mechanism"] = mechanism.upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(plugin, "uri", "sasl-mechanism",
+                              f"sasl-mechanism {mechanism!r} must be one of {', '.join(SASL_MECHANISMS)}")
+    if "sasl-gssapi-password" in rules or rules.get("sasl-gssapi-auth-type", "").lower() == "user":
+        raise ConfigError(plugin, "uri", "sasl-gssapi-auth-type",
+                          "Kerberos with a password (sasl-gssapi-auth-type=user) is not supported by librdkafka; "
+                          "use sasl-gssapi-auth-type=keytab with sasl-gssapi-keytab-path")
+    if "sasl-gssapi-kerberos-config-path" in rules:
+        raise ConfigError(plugin, "uri", "sasl-gssapi-kerberos-config-path",
+                          "librdkafka reads the Kerberos configuration from the KRB5_CONFIG environment variable; "
+                          "set it for the run instead of sasl-gssapi-kerberos-config-path")
+    user = rules.get("sasl-gssapi-user")
+    if user:
+        realm = rules.get("sasl-gssapi-realm")
+        opts["kafka.sasl.kerberos.principal"] = f"{user}@{realm}" if realm else user
+    sasl = "kafka.sasl.username" in opts or mechanism is not None
+    if sasl:
+        opts.setdefault("kafka.sasl.mechanism", "PLAIN")
+    if tls or sasl:
+        opts["kafka.security.protocol"] = ("sasl_" if sasl else "") + ("ssl" if tls else "plaintext")
+    compression = opts.get("kafka.compression.type")
+    if compression is not None and compression not in COMPRESSIONS:
+        raise ConfigError(plugin, "uri", "compression",
+                          f"compression {compression!r} must be one of {', '.join(COMPRESSIONS)}")
 
 
 def _int(plugin: str, name: str, value: Any) -> int:
@@ -215,8 +279,8 @@ def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> Kafka
     servers = str(merged.get("servers") or servers)
     if not servers:
         raise ConfigError(plugin, "servers", "required", "set servers or uri (kafka://host:port/topic)")
-    protocol = _choice(plugin, "protocol", str(merged.get("protocol") or ""), PROTOCOLS) if merged.get(
-        "protocol") else None
+    protocol = str(merged.get("protocol") or "")
+    protocol = _choice(plugin, "protocol", PROTOCOL_ALIASES.get(protocol, protocol), PROTOCOLS) if protocol else None
     if protocol is None:
         raise ConfigError(plugin, "protocol", "required",
                           f"set protocol ({', '.join(PROTOCOLS)}) as a setting or in the URI")
@@ -293,6 +357,10 @@ def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin:
         raise ConfigError(plugin, "columns", "columns-dispatcher", "columns applies to partition=columns only")
     if merged.get("partition-num") is not None:
         s.partition_num = _int(plugin, "partition-num", merged["partition-num"])
+        s.partition_num_set = True
+    if merged.get("replication-factor") is not None:
+        s.replication_factor = _int(plugin, "replication-factor", merged["replication-factor"])
+    s.auto_create_topic = option_bool(plugin, "auto-create-topic", merged.get("auto-create-topic", True))
     if merged.get("max-batch-size") is not None:
         s.max_batch_size = _int(plugin, "max-batch-size", merged["max-batch-size"])
     if merged.get("delivery-timeout") is not None:
@@ -318,3 +386,13 @@ def client_config(s: KafkaSettings, **extra: Any) -> dict[str, Any]:
     conf: dict[str, Any] = {"bootstrap.servers": s.servers, **extra}
     conf.update(s.client)
     return conf
+
+
+def make_client(factory: Callable[[dict[str, Any]], T], s: KafkaSettings, plugin: str = PLUGIN, **extra: Any) -> T:
+    """A confluent-kafka client on ``client_config``; librdkafka refusing the configuration (an unknown
+    property, a SASL mechanism this build lacks) is a configuration error naming the settings."""
+    try:
+        return factory(client_config(s, **extra))
+    except KafkaException as e:
+        raise ConfigError(plugin, "kafka.*", "client", f"librdkafka refused the client configuration "
+                          f"({', '.join(sorted(s.client)) or 'no kafka.* settings'}): {e.args[0].str()}") from None

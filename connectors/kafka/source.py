@@ -31,7 +31,7 @@ from ..ticdc.errors import CodecError
 from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange, to_record, to_records
 from .codecs import decoder_for
 from .consistency import Dedup, TransactionBuffer
-from .settings import PLUGIN, KafkaSettings, client_config, resolve
+from .settings import PLUGIN, KafkaSettings, make_client, resolve
 
 log = logging.getLogger("cdcflow.connectors.kafka.source")
 
@@ -64,8 +64,7 @@ class KafkaSource(Source):
     # -- driver side ---------------------------------------------------------------------
     def _metadata_partitions(self) -> list[str]:
         s = self.settings
-        conf = client_config(s, **{"group.id": self._group_id()})
-        consumer = Consumer(conf)
+        consumer = make_client(Consumer, s, **{"group.id": self._group_id()})
         try:
             out = []
             for topic in s.topics:
@@ -97,10 +96,10 @@ class KafkaSource(Source):
         self._txn = s.consistency == "transaction"
         # prefetch bounded to 32 MiB: a consumer cached in a worker the partition moved away from
         # keeps its queue until it is evicted, and 4 partitions x workers of 256 MiB add up
-        self._consumer = Consumer(client_config(
-            s, **{"group.id": self._group_id(), "enable.auto.commit": False, "enable.auto.offset.store": False,
-                  "auto.offset.reset": s.read_from, "enable.partition.eof": False,
-                  "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768}))
+        self._consumer = make_client(Consumer, s, **{
+            "group.id": self._group_id(), "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": s.read_from, "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768})
         parts = self._metadata_partitions() if self._txn or partition in ("", ALL_PARTITIONS) else [partition]
         self._parts = parts
         state = orjson.loads(position) if position else None

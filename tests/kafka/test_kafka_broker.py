@@ -11,6 +11,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from cdcflow.connectors.kafka.destination import KafkaDestinationError
 from cdcflow.connectors.ticdc.avro import AvroOptions, build_schema, schema_text
 from cdcflow.connectors.ticdc.events import META_COMMIT_TS
 from cdcflow.connectors.ticdc.open_protocol import OpenProtocolEncoder
@@ -318,3 +319,32 @@ def test_control_events_go_to_the_partitions_ticdc_uses(kafka_broker, unique_nam
     for part, offset, i in rows:
         if part in ddl_offset:
             assert (i < 6) == (offset < ddl_offset[part]), (part, offset, i)
+
+
+def test_topic_settings_as_ticdc_applies_them(kafka_broker, unique_name):
+    """``auto-create-topic=false``: a missing topic fails the write, naming it (nothing is acknowledged).
+    ``partition-num`` on an existing topic: rows go to that many partitions, control events still
+    to every partition (a transaction-mode consumer waits for every partition's resolved ts);
+    more than the topic has is an error."""
+    missing = make_destination({"uri": f"kafka://{kafka_broker}/{unique_name}-missing?protocol=canal-json"
+                                       "&auto-create-topic=false"})
+    with pytest.raises(KafkaDestinationError, match=f"{unique_name}-missing.*auto-create-topic is false"):
+        missing.write([record(row(ORDERS, 1, tso(1)))])
+    missing.teardown()
+
+    topic = unique_name
+    create_topic(kafka_broker, topic, 4)
+    dst = make_destination({"uri": f"kafka://{kafka_broker}/{topic}?protocol=open-protocol&partition-num=2",
+                            "partition": "index-value"})
+    assert dst.write([record(row(ORDERS, i, tso(10 + i))) for i in range(40)] + [record(ResolvedEvent(tso(99)))]) \
+        is None
+    dst.teardown()
+    placed: dict[str, set[int]] = {"row": set(), "resolved": set()}
+    for m in raw_messages(kafka_broker, topic, idle=0.8):
+        placed[_read_placed("open-protocol", m)[0]].add(m.partition())
+    assert placed == {"row": {0, 1}, "resolved": {0, 1, 2, 3}}
+
+    too_many = make_destination({"uri": f"kafka://{kafka_broker}/{topic}?protocol=open-protocol&partition-num=5"})
+    with pytest.raises(KafkaDestinationError, match="partition-num 5 is more than the 4 partitions"):
+        too_many.write([record(row(ORDERS, 1, tso(1)))])
+    too_many.teardown()

@@ -124,3 +124,62 @@ def test_transaction_buffer_releases_up_to_global_resolved_with_ddl_barrier():
     for e in got[:2]:
         buf.mark_done(e)
     assert buf.resume() == {"t:0": (2, 0), "t:1": (1, 0)}  # what is still buffered is read again
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("sasl-user=u&sasl-password=p&enable-tls=true", {"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN"}),
+    ("enable-tls=true&sasl-user=u&sasl-password=p", {"security.protocol": "sasl_ssl"}),  # order does not matter
+    ("sasl-user=u&sasl-password=p&sasl-mechanism=scram-sha-512",
+     {"security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-512"}),
+    ("ca=/c.pem&cert=/t.pem&key=/k.pem", {"security.protocol": "ssl", "ssl.ca.location": "/c.pem"}),
+    ("enable-tls=true&insecure-skip-verify=true",
+     {"security.protocol": "ssl", "enable.ssl.certificate.verification": "false"}),
+    ("insecure-skip-verify=true", {}),  # only with TLS, as TiCDC
+    ("compression=zstd&kafka-client-id=cdc", {"compression.type": "zstd", "client.id": "cdc"}),
+    ("sasl-mechanism=gssapi&sasl-gssapi-auth-type=keytab&sasl-gssapi-keytab-path=/k.keytab"
+     "&sasl-gssapi-service-name=kafka&sasl-gssapi-user=cdc&sasl-gssapi-realm=EXAMPLE.COM"
+     "&sasl-gssapi-disable-pafxfast=true",
+     {"security.protocol": "sasl_plaintext", "sasl.mechanism": "GSSAPI", "sasl.kerberos.keytab": "/k.keytab",
+      "sasl.kerberos.service.name": "kafka", "sasl.kerberos.principal": "cdc@EXAMPLE.COM"}),
+])
+def test_ticdc_client_parameters_become_librdkafka_properties(query, expected):
+    s = dst({"uri": f"kafka://h:1/t?protocol=canal-json&{query}"})
+    assert {k: s.client.get(k) for k in expected} == expected
+    if not expected:
+        assert "security.protocol" not in s.client and "enable.ssl.certificate.verification" not in s.client
+
+
+@pytest.mark.parametrize("query, parameter_part", [
+    ("ca=/c.pem&enable-tls=false", "enable-tls"),
+    ("sasl-mechanism=digest", "sasl-mechanism"),
+    ("compression=brotli", "compression"),
+    ("sasl-gssapi-auth-type=user&sasl-gssapi-user=u&sasl-gssapi-password=p", "sasl-gssapi-auth-type"),
+    ("sasl-gssapi-kerberos-config-path=/etc/krb5.conf", "sasl-gssapi-kerberos-config-path"),
+])
+def test_ticdc_client_parameters_refused_with_the_reason(query, parameter_part):
+    with pytest.raises(ConfigError) as e:
+        dst({"uri": f"kafka://h:1/t?protocol=canal-json&{query}"})
+    assert e.value.rule == parameter_part
+
+
+def test_ticdc_topic_parameters_and_the_flat_avro_alias():
+    s = dst({"uri": "kafka://h:1/t_{schema}_{table}?protocol=flat-avro&replication-factor=3&auto-create-topic=false"
+                    "&kafka-version=2.4.0&required-acks=-1&dial-timeout=5s"})
+    assert (s.protocol, s.replication_factor, s.auto_create_topic, s.partition_num_set) == ("avro", 3, False, False)
+    assert dst({"servers": "h:1", "topic": "t", "protocol": "canal-json", "partition-num": "2"}).partition_num_set
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"kafka.no.such.property": "1"}, "No such configuration property"),
+    ({"kafka.compression.type": "brotli"}, "compression"),
+])
+def test_librdkafka_refusing_the_client_is_a_config_error(settings, says):
+    """librdkafka validates properties when a client is made; that is a configuration error
+    naming the ``kafka.*`` settings, not a bare KafkaException from inside ``open``."""
+    from cdcflow.connectors.kafka.settings import make_client
+    from confluent_kafka import Producer
+
+    s = dst({"servers": "127.0.0.1:1", "topic": "t", "protocol": "canal-json", **settings})
+    with pytest.raises(ConfigError) as e:
+        make_client(Producer, s)
+    assert e.value.rule == "client" and says in str(e.value) and next(iter(settings))[6:] in str(e.value)
