@@ -254,6 +254,7 @@ class TransactionBuffer:
         self.pending: dict[str, deque[Pending]] = {p: deque() for p in partitions}
         self.consumed: dict[str, tuple[int, int]] = dict(resume)  # where reading would continue
         self.frontier = 0  # highest global resolved ts released so far
+        self._late = False  # an event at or below the frontier came in since the last release (a replay)
 
     def add(self, partition: str, event: Event, offset: int, index: int, count: int) -> None:
         """Buffer one event of the message at ``offset`` (``index`` of ``count`` events)."""
@@ -264,8 +265,10 @@ class TransactionBuffer:
             self.pending[partition].append(Pending(event.commit_ts, 1, partition, offset, index, event))
             # TiCDC writes a DDL after every older row of this partition: it doubles as a resolved ts
             self._advance(partition, event.commit_ts)
+            self._late = self._late or event.commit_ts <= self.frontier
         else:
             self.pending[partition].append(Pending(event.commit_ts, 0, partition, offset, index, event))
+            self._late = self._late or event.commit_ts <= self.frontier
         self.consumed[partition] = (offset + 1, 0) if index + 1 >= count else (offset, index + 1)
 
     def _advance(self, partition: str, ts: int) -> None:
@@ -286,8 +289,9 @@ class TransactionBuffer:
         must be re-read from to rebuild what is still buffered.
         """
         limit = self.global_resolved()
-        if limit is None:
-            return []
+        if limit is None or (limit <= self.frontier and not self._late):
+            return []  # nothing can have become releasable: no scan of what waits
+        self._late = False
         out: list[Pending] = []
         for q in self.pending.values():
             out.extend(e for e in q if e.ts <= limit and not e.done)

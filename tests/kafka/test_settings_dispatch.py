@@ -183,3 +183,46 @@ def test_librdkafka_refusing_the_client_is_a_config_error(settings, says):
     with pytest.raises(ConfigError) as e:
         make_client(Producer, s)
     assert e.value.rule == "client" and says in str(e.value) and next(iter(settings))[6:] in str(e.value)
+
+
+def test_transaction_buffer_scans_only_when_something_can_be_released():
+    """A read that brings no new global resolved ts must not walk what waits (a silent partition
+    can hold a great many rows); a late event at or below the frontier (a replay) still gets out,
+    for the replay filter to judge."""
+    buf = TransactionBuffer(["t:0", "t:1"], {})
+    buf.add("t:0", row(ORDERS, 1, 10), 0, 0, 1)
+    buf.add("t:0", ResolvedEvent(20), 1, 0, 1)
+    buf.add("t:1", ResolvedEvent(20), 0, 0, 1)
+    first = buf.release()
+    assert [e.ts for e in first] == [10]
+    buf.mark_done(first[0])
+    for i in range(1000):
+        buf.add("t:0", row(ORDERS, 100 + i, 30 + i), 2 + i, 0, 1)  # waiting for partition 1
+    scanned = []
+    buf.pending["t:0"] = _Watched(buf.pending["t:0"], scanned)
+    assert buf.release() == [] and scanned == []
+    buf.add("t:1", row(ORDERS, 1, 10), 1, 0, 1)  # replayed below the frontier
+    assert [e.ts for e in buf.release()] == [10] and scanned
+
+
+class _Watched:
+    """A pending queue that records being iterated (a spy: scans are otherwise invisible)."""
+
+    def __init__(self, queue, scanned):
+        self.queue, self.scanned = queue, scanned
+
+    def __iter__(self):
+        self.scanned.append(True)
+        return iter(self.queue)
+
+    def __getattr__(self, name):
+        return getattr(self.queue, name)
+
+    def __len__(self):
+        return len(self.queue)
+
+    def __bool__(self):
+        return bool(self.queue)
+
+    def __getitem__(self, i):
+        return self.queue[i]
