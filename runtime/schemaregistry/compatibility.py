@@ -58,7 +58,7 @@ def parse_avro(text: str):
         parsed = avro.schema.parse(text)
         fastavro.parse_schema(json.loads(text))
     except (avro.errors.AvroException, fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError,
-            AttributeError) as e:
+            AttributeError, RecursionError) as e:  # RecursionError: absurdly deep nesting is invalid input
         raise InvalidSchema(f"invalid Avro schema: {e}") from None
     return parsed
 

@@ -33,6 +33,24 @@ def test_restart_keeps_subjects_ids_and_config(tmp_path):
             assert new > max(a1, a2, b1)
 
 
+def test_restart_keeps_modes_and_soft_deletes(tmp_path):
+    data = tmp_path / "data"
+    with RegistryService(data, log_path=tmp_path / "r1.log") as first:
+        sr = SchemaRegistryClient({"url": first.url})
+        sr.register_schema("orders-value", Schema(V1, "AVRO"))
+        sr.register_schema("orders-value", Schema(ADD_NULLABLE_WITH_DEFAULT, "AVRO"))
+        assert sr.delete_version("orders-value", 1) == 1
+        sr.update_mode("orders-value", "READONLY")
+    with RegistryService(data, log_path=tmp_path / "r2.log") as second:
+        sr = SchemaRegistryClient({"url": second.url})
+        assert sr.get_mode("orders-value") == "READONLY"
+        assert sr.get_versions("orders-value") == [2]
+        assert sr.get_versions("orders-value", deleted=True) == [1, 2]
+        with pytest.raises(SchemaRegistryError) as e:
+            sr.register_schema("orders-value", Schema(record(("id", "long")), "AVRO"))
+        assert e.value.error_code == 42205
+
+
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     base = tmp_path_factory.mktemp("secured")
