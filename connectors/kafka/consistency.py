@@ -25,38 +25,43 @@ from ..ticdc.events import DDLEvent, ResolvedEvent, RowChange
 
 Event = RowChange | DDLEvent | ResolvedEvent
 
-INLINE_HANDLES = 32  # handles a position carries itself; past this it names where to read them again
+INLINE_HANDLES = 32  # handles positions carry themselves, over all tables; past this they name offsets
 
 
 class Dedup:
     """Replay filter for rows and DDL events (one instance per ordered stream).
 
-    Per table it keeps a mark: the highest applied commit ts and the handle keys
-    applied at exactly that ts, or ``None`` once the stream promised (a resolved
-    ts at or above the mark) that every row at that ts has been applied.
+    A resolved ts R (the stream's promise that every row and DDL with commit ts <= R was sent)
+    makes everything at or below R a replay: ``complete_ts``. Above it, per table, a mark: the
+    highest applied commit ts and the rows applied at exactly that ts, identified by operation
+    and handle key (TiCDC splits an update that changes a unique key into a delete and an
+    insert of the same handle, in one transaction).
 
-    Its state goes into every record position, so it is kept as JSON too and
-    rebuilt only where it changed: one fragment per table, the DDL part apart.
-    A position must stay small even inside a transaction of a million rows, so
-    a table's handles are written out only up to ``INLINE_HANDLES``; past that
-    the fragment names where the first row at the mark's ts was read (``{"at":
-    offset}``), and a source restarted from it reads that stretch again to
-    collect the handles (``rebuild_start`` / ``rebuild_row`` / ``end_rebuild``).
-    ``admit_row_json`` is the hot path: admit and return the state text at once.
+    The state goes into every record position, so it is kept as JSON too and rebuilt only
+    where it changed: one fragment per table, the tail (DDL, ``complete_ts``) apart. It stays
+    small whatever the transaction size: while the open tables hold at most ``INLINE_HANDLES``
+    rows in all, they are written out; past that each table's fragment names the offset its
+    first row at the mark's ts was read at (``{"at": offset}``), and a source restarted from
+    it reads from there again to collect them (``rebuild_start`` / ``rebuild_row`` /
+    ``end_rebuild``). ``admit_row_json`` is the hot path: admit and return the state text.
     """
 
-    __slots__ = ("marks", "ddl_ts", "ddl_queries", "rebuilding", "_tables", "_fragments", "_ddl_json", "_json")
+    __slots__ = ("marks", "ddl_ts", "ddl_queries", "complete_ts", "rebuilding", "_open", "_ref", "_tables",
+                 "_fragments", "_tail_json", "_json")
 
     def __init__(self) -> None:
-        # collection -> [commit ts, handle texts applied at that ts (None: all applied), offset of the first]
+        # collection -> [commit ts, row identities applied at that ts, offset of the first (-1: unknown)]
         self.marks: dict[str, list] = {}
         self.ddl_ts = 0  # highest DDL commit ts applied
-        self.ddl_queries: set[str] | None = set()  # queries applied at ddl_ts (None: all applied)
-        self.rebuilding: dict[str, int] = {}  # collection -> offset its handles must be read again from
+        self.ddl_queries: set[str] = set()  # queries applied at ddl_ts (broadcast copies share ts)
+        self.complete_ts = 0  # everything at or below it is a replay
+        self.rebuilding: dict[str, int] = {}  # collection -> offset its rows must be read again from
+        self._open = 0  # row identities held over all marks
+        self._ref = False  # positions name offsets instead of writing the identities out
         # id(table) -> (table, collection, handle text function, collection as JSON)
         self._tables: dict[int, tuple[Any, str, Callable[[dict], str], bytes]] = {}
-        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,handles]'
-        self._ddl_json: bytes | None = None  # JSON 'ddl_ts,[queries]'
+        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,...]'
+        self._tail_json: bytes | None = None  # JSON 'ddl_ts,[queries],complete_ts'
         self._json: bytes | None = None  # state_json(), None when something changed since
 
     def _table(self, t: Any) -> tuple[Any, str, Callable[[dict], str], bytes]:
@@ -69,9 +74,13 @@ class Dedup:
             info = self._tables[id(t)] = (t, coll, handle, orjson.dumps(coll))
         return info
 
+    def _identity(self, ev: RowChange, info: tuple) -> str:
+        row = ev.row
+        return ev.kind[0] + info[2](row if row is not None else {})
+
     def admit_row(self, ev: RowChange, at: int = -1) -> bool:
         """True for a row to apply, False for a replay. Rows without a commit ts (0) are always applied.
-        ``at`` is the offset the row was read at (-1: none; the handles are then always written out)."""
+        ``at`` is the offset the row was read at (-1: none; its identity is then always written out)."""
         return not ev.commit_ts or self.admit_row_json(ev, at) is not None
 
     def admit_row_json(self, ev: RowChange, at: int = -1) -> bytes | None:
@@ -79,6 +88,8 @@ class Dedup:
         ts = ev.commit_ts
         if not ts:
             return self.state_json()
+        if ts <= self.complete_ts:
+            return None
         t = ev.table
         info = self._tables.get(id(t))
         if info is None or info[0] is not t:
@@ -87,101 +98,108 @@ class Dedup:
         mark = self.marks.get(coll)
         if mark is None or ts > mark[0]:
             row = ev.row
-            h = info[2](row if row is not None else {})
-            self.marks[coll] = [ts, {h}, at]
-            fragment = b"%s:[%d,[%s],%d]" % (info[3], ts, orjson.dumps(h), at)
+            h = ev.kind[0] + info[2](row if row is not None else {})
+            self._open += 1 - (len(mark[1]) if mark is not None else 0)
+            mark = self.marks[coll] = [ts, {h}, at]
         elif ts < mark[0]:
             return None
         else:
             handles = mark[1]
-            if handles is None:
-                return None
             row = ev.row
-            h = info[2](row if row is not None else {})
+            h = ev.kind[0] + info[2](row if row is not None else {})
             if h in handles:
                 return None
             handles.add(h)
-            if len(handles) > INLINE_HANDLES and mark[2] >= 0:
-                if len(handles) > INLINE_HANDLES + 1 and self._json is not None:
-                    return self._json  # the fragment names the offset only: nothing changed
-                fragment = b'%s:[%d,{"at":%d}]' % (info[3], ts, mark[2])
-            else:
-                fragment = b"%s:[%d,%s,%d]" % (info[3], ts, orjson.dumps(sorted(handles)), mark[2])
+            self._open += 1
+            if self._ref and mark[2] >= 0 and self._json is not None:
+                return self._json  # the fragment names the offset only: nothing changed
+        if (self._open > INLINE_HANDLES) != self._ref:
+            self._switch()
+            return self.state_json()
+        if self._ref and mark[2] >= 0:
+            fragment = b'%s:[%d,{"at":%d}]' % (info[3], ts, mark[2])
+        elif len(mark[1]) == 1:
+            fragment = b"%s:[%d,[%s],%d]" % (info[3], ts, orjson.dumps(h), mark[2])
+        else:
+            fragment = b"%s:[%d,%s,%d]" % (info[3], ts, orjson.dumps(sorted(mark[1])), mark[2])
         fragments = self._fragments
         fragments[coll] = fragment
         if len(fragments) != 1 or len(self.marks) != 1:
             self._json = None
             return self.state_json()
-        ddl = self._ddl_json
-        if ddl is None:
-            ddl = self._ddl_part()
-        text = self._json = b"[{%s},%s]" % (fragment, ddl)
+        tail = self._tail_json
+        if tail is None:
+            tail = self._tail()
+        text = self._json = b"[{%s},%s]" % (fragment, tail)
         return text
 
+    def _switch(self) -> None:
+        """Written-out identities crossed ``INLINE_HANDLES`` (either way): every fragment changes form."""
+        self._ref = self._open > INLINE_HANDLES
+        self._fragments.clear()
+        self._json = None
+
     def admit_ddl(self, ev: DDLEvent) -> bool:
-        queries = self.ddl_queries
-        if ev.commit_ts < self.ddl_ts or (ev.commit_ts == self.ddl_ts and (queries is None or ev.query in queries)):
+        ts = ev.commit_ts
+        if ts <= self.complete_ts or ts < self.ddl_ts or (ts == self.ddl_ts and ev.query in self.ddl_queries):
             return False
-        if ev.commit_ts > self.ddl_ts:
-            self.ddl_ts = ev.commit_ts
-            queries = self.ddl_queries = set()
-        queries.add(ev.query)
-        self._ddl_json = self._json = None
+        if ts > self.ddl_ts:
+            self.ddl_ts = ts
+            self.ddl_queries = set()
+        self.ddl_queries.add(ev.query)
+        self._tail_json = self._json = None
         return True
 
     def complete_through(self, ts: int) -> None:
         """The stream promised every row and DDL with commit ts <= ``ts`` has been sent (a resolved
-        ts, or the released frontier): marks at or below it need no handles any more."""
-        changed = False
-        for coll, mark in self.marks.items():
-            if mark[0] <= ts and mark[1] is not None:
-                mark[1] = None
-                self._fragments.pop(coll, None)
-                self.rebuilding.pop(coll, None)
-                changed = True
-        if self.ddl_ts and self.ddl_ts <= ts and self.ddl_queries is not None:
-            self.ddl_queries = None
-            self._ddl_json = None
-            changed = True
-        if changed:
-            self._json = None
+        ts, or the released frontier): the marks at or below it go, one number stands for them."""
+        if ts <= self.complete_ts:
+            return
+        self.complete_ts = ts
+        marks, fragments = self.marks, self._fragments
+        for coll in [c for c, m in marks.items() if m[0] <= ts]:
+            self._open -= len(marks.pop(coll)[1])
+            fragments.pop(coll, None)
+            self.rebuilding.pop(coll, None)
+        if self.ddl_ts <= ts:
+            self.ddl_queries = set()
+        if (self._open > INLINE_HANDLES) != self._ref and not self.rebuilding:
+            self._switch()
+        self._tail_json = self._json = None
 
     # -- restart inside a large transaction ------------------------------------------------
     def rebuild_start(self) -> int | None:
-        """Offset to read from again to collect the handles a restored state only points at."""
+        """Offset to read from again to collect the rows a restored state only points at."""
         return min(self.rebuilding.values()) if self.rebuilding else None
 
     def rebuild_row(self, ev: RowChange, at: int) -> None:
-        """A row read again (at offset ``at``) before the resume point: collect its handle if its
+        """A row read again (at offset ``at``) before the resume point: collect its identity if its
         table's mark points back at it."""
         start = self.rebuilding.get(ev.table.collection) if type(ev) is RowChange else None
         if start is None or at < start:
             return
         mark = self.marks[ev.table.collection]
         if ev.commit_ts == mark[0]:
-            row = ev.row
-            mark[1].add(self._table(ev.table)[2](row if row is not None else {}))
+            mark[1].add(self._identity(ev, self._table(ev.table)))
 
     def end_rebuild(self, complete: bool = False) -> None:
-        """The stretch was read (or cannot be: ``complete`` treats those marks as all applied)."""
-        for coll in self.rebuilding:
-            if complete:
-                self.marks[coll][1] = None
-            self._fragments.pop(coll, None)
-        self._json = None
-        self.rebuilding = {}
+        """The stretch was read; or it cannot be (``complete``: the messages are gone, so those
+        transactions are long complete — everything up to the newest of them counts as applied)."""
+        rebuilding, self.rebuilding = self.rebuilding, {}
+        self._open = sum(len(m[1]) for m in self.marks.values())
+        self._switch()
+        if complete and rebuilding:
+            self.complete_through(max(self.marks[c][0] for c in rebuilding))
 
     # -- state ---------------------------------------------------------------------------
-    def _ddl_part(self) -> bytes:
-        queries = self.ddl_queries
-        text = self._ddl_json = b"%d,%s" % (self.ddl_ts, orjson.dumps(None if queries is None else sorted(queries)))
+    def _tail(self) -> bytes:
+        text = self._tail_json = b"%d,%s,%d" % (self.ddl_ts, orjson.dumps(sorted(self.ddl_queries)),
+                                                self.complete_ts)
         return text
 
     def _fragment(self, coll: str, mark: list) -> bytes:
         ts, handles, at = mark
-        if handles is None:
-            body = b"null"
-        elif at >= 0 and (len(handles) > INLINE_HANDLES or coll in self.rebuilding):
+        if at >= 0 and (self._ref or coll in self.rebuilding):
             body = b'{"at":%d}' % at
         else:
             body = b"%s,%d" % (orjson.dumps(sorted(handles)), at)
@@ -197,8 +215,8 @@ class Dedup:
             if coll not in fragments:
                 fragments[coll] = self._fragment(coll, mark)
         parts = b",".join(fragments[c] for c in self.marks)
-        ddl = self._ddl_json if self._ddl_json is not None else self._ddl_part()
-        text = self._json = b"[{%s},%s]" % (parts, ddl)
+        tail = self._tail_json if self._tail_json is not None else self._tail()
+        text = self._json = b"[{%s},%s]" % (parts, tail)
         return text
 
     def state(self) -> list:
@@ -209,7 +227,9 @@ class Dedup:
     def from_state(cls, data: list | None) -> "Dedup":
         d = cls()
         if data:
-            marks, d.ddl_ts, queries = data
+            marks, d.ddl_ts, queries = data[:3]
+            d.ddl_queries = set(queries or ())
+            d.complete_ts = int(data[3]) if len(data) > 3 else 0
             for coll, mark in marks.items():
                 ts, handles = int(mark[0]), mark[1]
                 if isinstance(handles, dict):  # too many to write out: read them again from there
@@ -217,9 +237,9 @@ class Dedup:
                     d.marks[coll] = [ts, set(), at]
                     d.rebuilding[coll] = at
                 else:
-                    at = int(mark[2]) if len(mark) > 2 else -1
-                    d.marks[coll] = [ts, None if handles is None else set(handles), at]
-            d.ddl_queries = None if queries is None else set(queries)
+                    d.marks[coll] = [ts, set(handles or ()), int(mark[2]) if len(mark) > 2 else -1]
+            d._open = sum(len(m[1]) for m in d.marks.values())
+            d._ref = d._open > INLINE_HANDLES or bool(d.rebuilding)
         return d
 
 

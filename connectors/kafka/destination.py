@@ -12,12 +12,13 @@ registry refuses (409) are that record's error → DLQ with the reason.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from typing import Any, Sequence
 
 import orjson
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcflow.convert import jsonform
@@ -36,6 +37,10 @@ from .settings import PLUGIN, KafkaSettings, make_client, resolve
 log = logging.getLogger("cdcflow.connectors.kafka.destination")
 
 _FRAME_SLACK = 512  # librdkafka's per-message overhead we allow on top of max-message-bytes
+# delivery errors caused by the message itself (its record goes to the DLQ); any other failed report
+# (timeouts, lost brokers, a fenced producer) fails the whole batch, which is then not acknowledged
+_RECORD_FAULTS = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD,
+                            KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.INVALID_MSG_SIZE})
 
 
 class KafkaDestinationError(CdcflowError):
@@ -86,28 +91,40 @@ class KafkaDestination(Destination):
         if n is not None:
             return n
         s = self.settings
-        md = self._producer.list_topics(topic, timeout=10)
-        tmd = md.topics.get(topic)
+        who = f"kafka destination {self.id or PLUGIN}"
+        # a broker that does not answer is nobody's record's fault: the batch fails (KafkaDestinationError,
+        # the engine then saves no position), within delivery-timeout, instead of each record's DLQ entry
+        wait = max(1.0, min(10.0, s.delivery_timeout))
+        try:
+            tmd = self._producer.list_topics(topic, timeout=wait).topics.get(topic)
+        except KafkaException as e:
+            raise KafkaDestinationError(f"{who}: no metadata for topic {topic!r} from {s.servers} within "
+                                        f"{wait:g}s: {e.args[0].str()}") from None
         if tmd is None or tmd.error is not None or not tmd.partitions:
             if not s.auto_create_topic:
-                raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: topic {topic!r} does not exist "
-                                            f"on {s.servers} and auto-create-topic is false")
+                raise KafkaDestinationError(f"{who}: topic {topic!r} does not exist on {s.servers} and "
+                                            "auto-create-topic is false")
             futures = self._admin.create_topics([NewTopic(topic, s.partition_num, s.replication_factor)],
-                                                operation_timeout=10)
+                                                operation_timeout=wait, request_timeout=wait)
             try:
-                futures[topic].result(15)
+                futures[topic].result(wait + 5)
             except KafkaException as e:
-                if "TOPIC_ALREADY_EXISTS" not in str(e):
-                    raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: cannot create topic "
-                                                f"{topic!r} on {s.servers}: {e}") from None
-            deadline = time.monotonic() + 10
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise KafkaDestinationError(f"{who}: cannot create topic {topic!r} on {s.servers}: "
+                                                f"{e.args[0].str()}") from None
+            except concurrent.futures.TimeoutError:
+                raise KafkaDestinationError(f"{who}: creating topic {topic!r} on {s.servers} got no answer "
+                                            f"within {wait + 5:g}s") from None
+            deadline = time.monotonic() + wait
             while True:
-                tmd = self._producer.list_topics(topic, timeout=10).topics.get(topic)
+                try:
+                    tmd = self._producer.list_topics(topic, timeout=wait).topics.get(topic)
+                except KafkaException:
+                    tmd = None
                 if tmd is not None and tmd.error is None and tmd.partitions:
                     break
                 if time.monotonic() > deadline:
-                    raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: topic {topic!r} has no "
-                                                "partitions after creating it")
+                    raise KafkaDestinationError(f"{who}: topic {topic!r} has no partitions after creating it")
                 time.sleep(0.05)
         n = self._all_partitions[topic] = len(tmd.partitions)
         if s.partition_num_set:
@@ -309,16 +326,22 @@ class KafkaDestination(Destination):
         errors: list[str | None] = [None] * len(records)
         messages = self._plan(records, errors)
         producer = self._producer
-        pending = [0]
+        pending: dict[tuple[str, int], int] = {}  # (topic, partition) -> messages awaiting their report
+        failed: list[str] = []  # delivery errors that are not the record's fault
 
         def report(idxs):
             def on_delivery(err, msg):
-                pending[0] -= 1
-                if err is not None:
-                    why = (f"delivery to {msg.topic()}[{msg.partition()}] failed: {err.str()}")
-                    for i in idxs:
-                        if errors[i] is None:
-                            errors[i] = why
+                where = (msg.topic(), msg.partition())
+                pending[where] -= 1
+                if err is None:
+                    return
+                why = f"delivery to {where[0]}[{where[1]}] failed: {err.str()}"
+                if err.code() not in _RECORD_FAULTS:
+                    failed.append(why)
+                    return
+                for i in idxs:
+                    if errors[i] is None:
+                        errors[i] = why
             return on_delivery
 
         for topic, part, key, value, idxs in messages:
@@ -326,7 +349,7 @@ class KafkaDestination(Destination):
             while True:
                 try:
                     producer.produce(topic, value=value, key=key, partition=part, on_delivery=cb)
-                    pending[0] += 1
+                    pending[(topic, part)] = pending.get((topic, part), 0) + 1
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -336,12 +359,17 @@ class KafkaDestination(Destination):
                         errors[i] = errors[i] or why
                     break
         deadline = time.monotonic() + self.settings.delivery_timeout
-        while pending[0] > 0:
+        while any(pending.values()):
             producer.flush(0.5)
-            if pending[0] > 0 and time.monotonic() > deadline:
+            if time.monotonic() > deadline and any(pending.values()):
+                waiting = sorted(f"{t}[{p}]" for (t, p), n in pending.items() if n)
                 raise KafkaDestinationError(
-                    f"kafka destination {self.id or PLUGIN}: {pending[0]} messages undelivered after "
-                    f"{self.settings.delivery_timeout:g}s (brokers {self.settings.servers})")
+                    f"kafka destination {self.id or PLUGIN}: {sum(pending.values())} messages undelivered after "
+                    f"{self.settings.delivery_timeout:g}s to {', '.join(waiting[:5])}"
+                    f"{' ...' if len(waiting) > 5 else ''} (brokers {self.settings.servers})")
+        if failed:
+            raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: {len(failed)} messages not "
+                                        f"delivered: {failed[0]}")
         return errors if any(e is not None for e in errors) else None
 
     def stop(self, last_position: bytes | None) -> None:
@@ -349,6 +377,9 @@ class KafkaDestination(Destination):
             self._producer.flush(self.settings.delivery_timeout)
 
     def teardown(self) -> None:
+        # every message of a successful write is delivered before it returns; what is still queued
+        # belongs to a failed batch, which was not acknowledged and will be written again
         producer, self._producer = getattr(self, "_producer", None), None
         if producer is not None:
-            producer.flush(10)
+            producer.purge(in_queue=True, in_flight=False)
+            producer.flush(1)

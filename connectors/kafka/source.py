@@ -32,12 +32,14 @@ from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange,
 from .codecs import decoder_for
 from .consistency import Dedup, TransactionBuffer
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
+from .topics import TopicGone, TopicWatch
 
 log = logging.getLogger("cdcflow.connectors.kafka.source")
 
 ALL_PARTITIONS = "*"
 _ROW, _TXN = "row", "txn"
 _POLL_CHUNK = 500  # messages per consume() call within one read()
+_QUIET_CHECK = 5.0  # seconds without a message before asking whether the topics are still there
 
 
 class KafkaSourceError(CdcflowError):
@@ -99,17 +101,20 @@ class KafkaSource(Source):
         self._consumer = make_client(Consumer, s, **{
             "group.id": self._group_id(), "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": s.read_from, "enable.partition.eof": False,
-            "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768})
+            "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768, "on_commit": self._committed})
         parts = self._metadata_partitions() if self._txn or partition in ("", ALL_PARTITIONS) else [partition]
         self._parts = parts
         state = orjson.loads(position) if position else None
         resume: dict[str, tuple[int, int]] = {}
         self._released_skip = (0, 0)
+        saved_ids: dict[str, str | None] = {}
         if state is not None:
             kind = state[0]
             if kind == _ROW and not self._txn:
                 resume[parts[0]] = (state[1], state[2])
                 self._dedup = Dedup.from_state(state[3])
+                if len(state) > 4:
+                    saved_ids[_split(parts[0])[0]] = state[4]
             elif kind == _TXN and self._txn:
                 resume = {p: (v[0], v[1]) for p, v in state[1].items()}
                 self._dedup = Dedup.from_state(state[2])
@@ -122,6 +127,15 @@ class KafkaSource(Source):
         else:
             self._dedup = Dedup()
         self._skip: dict[str, tuple[int, int]] = {p: r for p, r in resume.items() if r[1]}
+        self._assigned = [_split(p) for p in parts]
+        self._watch = TopicWatch(s, [t for t, _ in self._assigned])
+        try:
+            self._watch.start(saved_ids, self._assigned)
+        except TopicGone as e:
+            raise KafkaSourceError(self.id, e.topic, e.partition, resume.get(f"{e.topic}:{e.partition}", (-1,))[0],
+                                   str(e)) from None
+        self._tid = orjson.dumps(self._watch.ids.get(self._assigned[0][0])) if not self._txn else b"null"
+        self._last_message = time.monotonic()
         committed = {}
         missing = [p for p in parts if p not in resume]
         if missing:
@@ -220,17 +234,30 @@ class KafkaSource(Source):
 
     def _poll(self, max_messages: int, timeout: float) -> list:
         msgs = self._consumer.consume(num_messages=max(1, max_messages), timeout=timeout)
-        for m in msgs:
-            if m.error() is not None:
-                return self._without_errors(msgs)
+        if msgs:
+            self._last_message = time.monotonic()
+            for m in msgs:
+                if m.error() is not None:
+                    return self._without_errors(msgs)
+        elif time.monotonic() - self._last_message > _QUIET_CHECK:
+            self._check_topics()
         return msgs
+
+    def _check_topics(self) -> None:
+        """A consumer whose topic vanished (or was recreated) gets no error from librdkafka: it just
+        never receives anything. So a quiet source asks, and says what happened."""
+        self._last_message = time.monotonic()
+        try:
+            self._watch.check(self._assigned)
+        except TopicGone as e:
+            raise KafkaSourceError(self.id, e.topic, e.partition, -1, str(e)) from None
 
     def _without_errors(self, msgs: list) -> list:
         for m in msgs:
             err = m.error()
             if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                raise KafkaSourceError(self.id, m.topic() or "?", m.partition() or -1, m.offset() or -1,
-                                       f"consumer error: {err}")
+                raise KafkaSourceError(self.id, m.topic() or "?", -1 if m.partition() is None else m.partition(),
+                                       -1 if m.offset() is None else m.offset(), f"consumer error: {err}")
         return [m for m in msgs if m.error() is None]
 
     def read(self, max_records: int) -> list[Record]:
@@ -291,6 +318,7 @@ class KafkaSource(Source):
         replay filter's state, formatted from its cached JSON (no per-record ``dumps``)."""
         dedup, store, out = self._dedup, self._store, self._outbox
         admit_row_json, admit_ddl, state_json = dedup.admit_row_json, dedup.admit_ddl, dedup.state_json
+        tid = self._tid
         proto = self.settings.protocol
         avro = proto == "avro"
         decode = self._decoder.decode if self._decoder is not None else None
@@ -321,7 +349,7 @@ class KafkaSource(Source):
                 if t is ResolvedEvent:
                     dedup.complete_through(ev.ts)
                 state = state_json()
-            pos = b'["row",%d,0,%s]' % (m.offset() + 1, state)
+            pos = b'["row",%d,0,%s,%s]' % (m.offset() + 1, state, tid)
             if t is Record:  # opencdc-json: already a record, keep its place in the batch
                 self._place_record(ev, pos, events, positions)
             else:
@@ -360,7 +388,7 @@ class KafkaSource(Source):
                 elif t is ResolvedEvent:
                     dedup.complete_through(ev.ts)
                 nxt, skip = (off + 1, 0) if i + 1 >= n else (off, i + 1)
-                pos = b'["row",%d,%d,%s]' % (nxt, skip, dedup.state_json())
+                pos = b'["row",%d,%d,%s,%s]' % (nxt, skip, dedup.state_json(), self._tid)
                 if t is Record:
                     self._place_record(ev, pos, events, positions)
                 else:
@@ -425,10 +453,18 @@ class KafkaSource(Source):
             offsets = [TopicPartition(topic, num, state[1])]
         else:
             offsets = [TopicPartition(*_split(p), v[0]) for p, v in state[1].items()]
+        # asynchronous: the engine's saved position is authoritative and the group offset a courtesy,
+        # so a stalled broker must not hold the task (a synchronous commit has no timeout)
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as e:  # the engine's state is authoritative; the group offset is a courtesy
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as e:
             log.warning("kafka source %s: committing offsets %s failed: %s", self.id, offsets, e)
+
+    def _committed(self, err, partitions) -> None:
+        """Asynchronous commit result (served by the consumer's next poll)."""
+        failed = [tp for tp in partitions or () if tp.error is not None]
+        if err is not None or failed:
+            log.warning("kafka source %s: committing offsets failed: %s", self.id, err or failed[0].error)
 
     def stop(self) -> bytes | None:
         return self._last_position

@@ -25,7 +25,8 @@ def _table(name: str, keyed: bool) -> TableSchema:
 
 TABLES = [_table("orders", True), _table("items", True), _table('odd "name"\\', False)]
 
-ROWS = st.tuples(st.just("row"), st.integers(0, 2), st.integers(0, 4), st.integers(0, 4), st.sampled_from(["a", 'q"']))
+ROWS = st.tuples(st.just("row"), st.integers(0, 2), st.integers(0, 4), st.integers(0, 4), st.sampled_from(["a", 'q"']),
+                 st.sampled_from(["insert", "insert", "delete"]))
 EVENTS = st.lists(st.one_of(
     ROWS, ROWS, ROWS,  # mostly rows, so that transactions of several rows at one ts come up
     st.tuples(st.just("ddl"), st.integers(1, 4), st.sampled_from(["ALTER A", "ALTER B"])),
@@ -34,27 +35,27 @@ EVENTS = st.lists(st.one_of(
 ), max_size=60)
 
 
-def _expected_json(model: dict, ddl_ts: int, ddl_queries: set | None) -> list:
-    marks = {}
-    for coll, (ts, handles, at) in model.items():
-        if handles is None:
-            marks[coll] = [ts, None]
-        elif len(handles) > consistency.INLINE_HANDLES:
-            marks[coll] = [ts, {"at": at}]
-        else:
-            marks[coll] = [ts, sorted(handles), at]
-    return [marks, ddl_ts, None if ddl_queries is None else sorted(ddl_queries)]
+def _expected_json(model: dict, ddl_ts: int, ddl_queries: set, complete: int) -> list:
+    ref = sum(len(m[1]) for m in model.values()) > consistency.INLINE_HANDLES
+    marks = {c: [ts, {"at": at}] if ref else [ts, sorted(handles), at] for c, (ts, handles, at) in model.items()}
+    return [marks, ddl_ts, sorted(ddl_queries), complete]
 
 
 @settings(max_examples=500, deadline=None)
 @given(EVENTS)
-@example([("row", 0, 3, k, "a") for k in range(4)] + [("restart",), ("row", 0, 3, 1, "a"), ("row", 0, 3, 4, "a")])
-@example([("row", 0, 3, k, "a") for k in range(4)] + [("resolved", 3), ("restart",), ("row", 0, 3, 4, "a")])
+@example([("row", 0, 3, k, "a", "insert") for k in range(4)] + [("restart",), ("row", 0, 3, 1, "a", "insert"),
+                                                                 ("row", 0, 3, 4, "a", "insert")])
+@example([("row", 0, 3, k, "a", "insert") for k in range(4)] + [("resolved", 3), ("restart",),
+                                                                 ("row", 0, 3, 4, "a", "insert")])
+@example([("row", 0, 3, 1, "a", "delete"), ("row", 0, 3, 1, "a", "insert"), ("restart",),
+          ("row", 0, 3, 1, "a", "insert"), ("row", 0, 3, 1, "a", "delete")])
+@example([("row", ti, 3, k, "a", "insert") for ti in range(3) for k in range(2)] + [("restart",)])
 def test_cached_state_is_the_state_and_follows_the_rule(events):
-    """Against a model of the rule (drop below the table's mark, or at it with a handle already
-    applied, or at it once a resolved ts covered it). ``INLINE_HANDLES`` is lowered so that
-    positions naming an offset instead of the handles come up; a restart then reads the rows
-    from that offset again, as the source does, and must end with the same filter."""
+    """Against a model of the rule: at or below the last resolved ts everything is a replay;
+    above it, a row below its table's mark, or at it with the same operation and handle already
+    applied, is one. ``INLINE_HANDLES`` is lowered so that positions naming offsets instead of
+    the rows come up; a restart then reads the rows from there again, as the source does, and
+    must end with the same filter."""
     inline = consistency.INLINE_HANDLES
     consistency.INLINE_HANDLES = 2
     try:
@@ -65,8 +66,8 @@ def test_cached_state_is_the_state_and_follows_the_rule(events):
 
 def _run(events):
     d = Dedup()
-    model: dict[str, tuple[int, set | None, int]] = {}
-    ddl_ts, ddl_queries = 0, set()
+    model: dict[str, tuple[int, set, int]] = {}
+    ddl_ts, ddl_queries, complete = 0, set(), 0
     history: list[tuple[int, RowChange]] = []  # every row read so far, at its offset
     for offset, e in enumerate(events):
         if e[0] == "restart":  # what a restart does: a new filter from the last position's state
@@ -81,41 +82,43 @@ def _run(events):
         elif e[0] == "resolved":
             _, ts = e
             d.complete_through(ts)
-            for coll, (mts, handles, at) in model.items():
-                if mts <= ts:
-                    model[coll] = (mts, None, at)
-            if ddl_ts and ddl_ts <= ts:
-                ddl_queries = None
+            if ts > complete:
+                complete = ts
+                model = {c: m for c, m in model.items() if m[0] > ts}
+                if ddl_ts <= ts:
+                    ddl_queries = set()
         elif e[0] == "ddl":
             _, ts, q = e
-            expect = not (ts < ddl_ts or ts == ddl_ts and (ddl_queries is None or q in ddl_queries))
+            expect = not (ts <= complete or ts < ddl_ts or ts == ddl_ts and q in ddl_queries)
             if expect:
                 if ts > ddl_ts:
                     ddl_ts, ddl_queries = ts, set()
                 ddl_queries.add(q)
             assert d.admit_ddl(DDLEvent("shop", "orders", q, ts)) is expect
         else:
-            _, ti, ts, key, v = e
+            _, ti, ts, key, v, kind = e
             t = TABLES[ti]
-            ev = RowChange(t, "insert", ts, {"id": key, "v": v})
+            ev = RowChange(t, kind, ts, {"id": key, "v": v})
             history.append((offset, ev))
-            handle = repr((key,)) if ti < 2 else repr(tuple(sorted(ev.row.items())))
+            identity = kind[0] + (repr((key,)) if ti < 2 else repr(tuple(sorted(ev.row.items()))))
             mark = model.get(t.collection)
             if not ts:
                 expect = True
+            elif ts <= complete:
+                expect = False
             elif mark is None or ts > mark[0]:
-                expect, model[t.collection] = True, (ts, {handle}, offset)
-            elif ts < mark[0] or mark[1] is None or handle in mark[1]:
+                expect, model[t.collection] = True, (ts, {identity}, offset)
+            elif ts < mark[0] or identity in mark[1]:
                 expect = False
             else:
                 expect = True
-                mark[1].add(handle)
+                mark[1].add(identity)
             text = d.admit_row_json(ev, offset)
             assert (text is not None) is expect
             if text is not None:
                 assert orjson.loads(text) == d.state()
         assert d.state_json() == orjson.dumps(d.state())
-        assert d.state() == _expected_json(model, ddl_ts, ddl_queries)
+        assert d.state() == _expected_json(model, ddl_ts, ddl_queries, complete)
 
 
 def test_admit_row_keeps_its_meaning():
@@ -127,7 +130,7 @@ def test_admit_row_keeps_its_meaning():
     assert not d.admit_row(RowChange(t, "insert", 5, {"id": 1}))
     assert d.admit_row(RowChange(t, "delete", 5, None))  # no row: identified by the empty row
     assert not d.admit_row(RowChange(t, "insert", 4, {"id": 2}))
-    assert orjson.loads(d.state_json()) == [{"shop.orders": [5, sorted(["(1,)", "(None,)"]), -1]}, 0, []]
+    assert orjson.loads(d.state_json()) == [{"shop.orders": [5, sorted(["i(1,)", "d(None,)"]), -1]}, 0, [], 0]
 
 
 def test_a_large_transaction_keeps_positions_small_and_restarts_exactly():
@@ -155,6 +158,6 @@ def test_a_large_transaction_keeps_positions_small_and_restarts_exactly():
         # TiCDC restarted: the whole transaction again; only what followed the cut gets through
         admitted = [ev.row["id"] for ev in rows if restored.admit_row(ev, 20_000)]
         assert admitted == list(range(cut - 100 + 1, 10_000))
-    d.complete_through(7)  # a resolved ts covers the transaction: no handles kept, no rebuild needed
-    assert orjson.loads(d.state_json())[0] == {t.collection: [7, None]}
+    d.complete_through(7)  # a resolved ts covers the transaction: one number stands for it
+    assert orjson.loads(d.state_json()) == [{}, 0, [], 7]
     assert not d.admit_row(rows[0], 30_000)
