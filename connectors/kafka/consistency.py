@@ -25,7 +25,8 @@ from ..ticdc.events import DDLEvent, ResolvedEvent, RowChange
 
 Event = RowChange | DDLEvent | ResolvedEvent
 
-INLINE_HANDLES = 32  # handles positions carry themselves, over all tables; past this they name offsets
+INLINE_HANDLES = 32  # row identities positions carry themselves, over all tables; past this, an offset
+INLINE_TABLES = 4  # tables with open marks positions carry themselves; past this, an offset
 
 
 class Dedup:
@@ -39,14 +40,16 @@ class Dedup:
 
     The state goes into every record position, so it is kept as JSON too and rebuilt only
     where it changed: one fragment per table, the tail (DDL, ``complete_ts``) apart. It stays
-    small whatever the transaction size: while the open tables hold at most ``INLINE_HANDLES``
-    rows in all, they are written out; past that each table's fragment names the offset its
-    first row at the mark's ts was read at (``{"at": offset}``), and a source restarted from
-    it reads from there again to collect them (``rebuild_start`` / ``rebuild_row`` /
-    ``end_rebuild``). ``admit_row_json`` is the hot path: admit and return the state text.
+    small whatever the transactions: while at most ``INLINE_TABLES`` tables have open marks,
+    holding at most ``INLINE_HANDLES`` rows in all, they are written out; past that the position
+    names one offset instead, the first row any open mark was set by (``["at", offset]``; marks
+    are kept in the order they were set, so that is the first one's). Every row that shaped the marks lies at
+    or after it, so a source restarted there reads from it again up to the resume point and
+    admits those rows once more (``rebuild_start`` / ``rebuild_row`` / ``end_rebuild``): the
+    marks come back exactly. ``admit_row_json`` is the hot path: admit and return the state.
     """
 
-    __slots__ = ("marks", "ddl_ts", "ddl_queries", "complete_ts", "rebuilding", "_open", "_ref", "_tables",
+    __slots__ = ("marks", "ddl_ts", "ddl_queries", "complete_ts", "rebuild_from", "_open", "_ref", "_tables",
                  "_fragments", "_tail_json", "_json")
 
     def __init__(self) -> None:
@@ -55,12 +58,12 @@ class Dedup:
         self.ddl_ts = 0  # highest DDL commit ts applied
         self.ddl_queries: set[str] = set()  # queries applied at ddl_ts (broadcast copies share ts)
         self.complete_ts = 0  # everything at or below it is a replay
-        self.rebuilding: dict[str, int] = {}  # collection -> offset its rows must be read again from
+        self.rebuild_from: int | None = None  # a restored state's marks are read again from this offset
         self._open = 0  # row identities held over all marks
-        self._ref = False  # positions name offsets instead of writing the identities out
+        self._ref = False  # more than INLINE_HANDLES of them: positions name an offset instead
         # id(table) -> (table, collection, handle text function, collection as JSON)
         self._tables: dict[int, tuple[Any, str, Callable[[dict], str], bytes]] = {}
-        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,...]'
+        self._fragments: dict[str, bytes] = {}  # collection -> JSON '"coll":[ts,[rows],at]'
         self._tail_json: bytes | None = None  # JSON 'ddl_ts,[queries],complete_ts'
         self._json: bytes | None = None  # state_json(), None when something changed since
 
@@ -74,13 +77,9 @@ class Dedup:
             info = self._tables[id(t)] = (t, coll, handle, orjson.dumps(coll))
         return info
 
-    def _identity(self, ev: RowChange, info: tuple) -> str:
-        row = ev.row
-        return ev.kind[0] + info[2](row if row is not None else {})
-
     def admit_row(self, ev: RowChange, at: int = -1) -> bool:
         """True for a row to apply, False for a replay. Rows without a commit ts (0) are always applied.
-        ``at`` is the offset the row was read at (-1: none; its identity is then always written out)."""
+        ``at`` is the offset the row was read at (-1: none; the marks are then always written out)."""
         return not ev.commit_ts or self.admit_row_json(ev, at) is not None
 
     def admit_row_json(self, ev: RowChange, at: int = -1) -> bytes | None:
@@ -99,8 +98,12 @@ class Dedup:
         if mark is None or ts > mark[0]:
             row = ev.row
             h = ev.kind[0] + info[2](row if row is not None else {})
-            self._open += 1 - (len(mark[1]) if mark is not None else 0)
-            mark = self.marks[coll] = [ts, {h}, at]
+            marks = self.marks
+            if mark is not None:
+                self._open -= len(mark[1])
+                del marks[coll]  # to the end: marks stay in the order they were set
+            self._open += 1
+            mark = marks[coll] = [ts, {h}, at]
         elif ts < mark[0]:
             return None
         else:
@@ -111,14 +114,15 @@ class Dedup:
                 return None
             handles.add(h)
             self._open += 1
-            if self._ref and mark[2] >= 0 and self._json is not None:
-                return self._json  # the fragment names the offset only: nothing changed
-        if (self._open > INLINE_HANDLES) != self._ref:
-            self._switch()
+            if self._ref and self._json is not None:
+                return self._json  # the position names the offset only: nothing changed
+        if (self._open > INLINE_HANDLES or len(self.marks) > INLINE_TABLES) != self._ref:
+            self._ref = not self._ref
+            self._fragments.clear()
+        if self._ref:
+            self._json = None
             return self.state_json()
-        if self._ref and mark[2] >= 0:
-            fragment = b'%s:[%d,{"at":%d}]' % (info[3], ts, mark[2])
-        elif len(mark[1]) == 1:
+        if len(mark[1]) == 1:
             fragment = b"%s:[%d,[%s],%d]" % (info[3], ts, orjson.dumps(h), mark[2])
         else:
             fragment = b"%s:[%d,%s,%d]" % (info[3], ts, orjson.dumps(sorted(mark[1])), mark[2])
@@ -132,12 +136,6 @@ class Dedup:
             tail = self._tail()
         text = self._json = b"[{%s},%s]" % (fragment, tail)
         return text
-
-    def _switch(self) -> None:
-        """Written-out identities crossed ``INLINE_HANDLES`` (either way): every fragment changes form."""
-        self._ref = self._open > INLINE_HANDLES
-        self._fragments.clear()
-        self._json = None
 
     def admit_ddl(self, ev: DDLEvent) -> bool:
         ts = ev.commit_ts
@@ -160,36 +158,30 @@ class Dedup:
         for coll in [c for c, m in marks.items() if m[0] <= ts]:
             self._open -= len(marks.pop(coll)[1])
             fragments.pop(coll, None)
-            self.rebuilding.pop(coll, None)
         if self.ddl_ts <= ts:
             self.ddl_queries = set()
-        if (self._open > INLINE_HANDLES) != self._ref and not self.rebuilding:
-            self._switch()
+        if (self._open > INLINE_HANDLES or len(marks) > INLINE_TABLES) != self._ref:
+            self._ref = not self._ref
+            fragments.clear()
         self._tail_json = self._json = None
 
     # -- restart inside a large transaction ------------------------------------------------
     def rebuild_start(self) -> int | None:
-        """Offset to read from again to collect the rows a restored state only points at."""
-        return min(self.rebuilding.values()) if self.rebuilding else None
+        """Offset to read from again: a restored state that named it instead of its marks."""
+        return self.rebuild_from
 
     def rebuild_row(self, ev: RowChange, at: int) -> None:
-        """A row read again (at offset ``at``) before the resume point: collect its identity if its
-        table's mark points back at it."""
-        start = self.rebuilding.get(ev.table.collection) if type(ev) is RowChange else None
-        if start is None or at < start:
-            return
-        mark = self.marks[ev.table.collection]
-        if ev.commit_ts == mark[0]:
-            mark[1].add(self._identity(ev, self._table(ev.table)))
+        """A row read again (at offset ``at``, before the resume point): admitted once more, as
+        it was the first time, which restores the marks."""
+        if self.rebuild_from is not None and at >= self.rebuild_from and type(ev) is RowChange:
+            self.admit_row(ev, at)
 
-    def end_rebuild(self, complete: bool = False) -> None:
-        """The stretch was read; or it cannot be (``complete``: the messages are gone, so those
-        transactions are long complete — everything up to the newest of them counts as applied)."""
-        rebuilding, self.rebuilding = self.rebuilding, {}
-        self._open = sum(len(m[1]) for m in self.marks.values())
-        self._switch()
-        if complete and rebuilding:
-            self.complete_through(max(self.marks[c][0] for c in rebuilding))
+    def end_rebuild(self) -> None:
+        """The stretch was read again (or cannot be: the source warns that replays of the
+        transactions in it are no longer recognised)."""
+        self.rebuild_from = None
+        self._fragments.clear()
+        self._json = None
 
     # -- state ---------------------------------------------------------------------------
     def _tail(self) -> bytes:
@@ -197,26 +189,23 @@ class Dedup:
                                                 self.complete_ts)
         return text
 
-    def _fragment(self, coll: str, mark: list) -> bytes:
-        ts, handles, at = mark
-        if at >= 0 and (self._ref or coll in self.rebuilding):
-            body = b'{"at":%d}' % at
-        else:
-            body = b"%s,%d" % (orjson.dumps(sorted(handles)), at)
-        return b"%s:[%d,%s]" % (orjson.dumps(coll), ts, body)
-
     def state_json(self) -> bytes:
         """The state as JSON (for a position), rebuilt only for what changed since the last call."""
         text = self._json
         if text is not None:
             return text
-        fragments = self._fragments
-        for coll, mark in self.marks.items():
-            if coll not in fragments:
-                fragments[coll] = self._fragment(coll, mark)
-        parts = b",".join(fragments[c] for c in self.marks)
         tail = self._tail_json if self._tail_json is not None else self._tail()
-        text = self._json = b"[{%s},%s]" % (parts, tail)
+        marks = self.marks
+        if self._ref:
+            first = next(iter(marks.values()))[2]
+            if first >= 0:
+                text = self._json = b'[["at",%d],%s]' % (first, tail)
+                return text
+        fragments = self._fragments
+        for coll, (ts, handles, at) in marks.items():
+            if coll not in fragments:
+                fragments[coll] = b"%s:[%d,%s,%d]" % (orjson.dumps(coll), ts, orjson.dumps(sorted(handles)), at)
+        text = self._json = b"[{%s},%s]" % (b",".join(fragments[c] for c in marks), tail)
         return text
 
     def state(self) -> list:
@@ -230,16 +219,13 @@ class Dedup:
             marks, d.ddl_ts, queries = data[:3]
             d.ddl_queries = set(queries or ())
             d.complete_ts = int(data[3]) if len(data) > 3 else 0
-            for coll, mark in marks.items():
-                ts, handles = int(mark[0]), mark[1]
-                if isinstance(handles, dict):  # too many to write out: read them again from there
-                    at = int(handles["at"])
-                    d.marks[coll] = [ts, set(), at]
-                    d.rebuilding[coll] = at
-                else:
-                    d.marks[coll] = [ts, set(handles or ()), int(mark[2]) if len(mark) > 2 else -1]
-            d._open = sum(len(m[1]) for m in d.marks.values())
-            d._ref = d._open > INLINE_HANDLES or bool(d.rebuilding)
+            if isinstance(marks, list):  # ["at", offset]: the marks are read again from there
+                d.rebuild_from = int(marks[1])
+            else:
+                for coll, mark in marks.items():
+                    d.marks[coll] = [int(mark[0]), set(mark[1] or ()), int(mark[2]) if len(mark) > 2 else -1]
+                d._open = sum(len(m[1]) for m in d.marks.values())
+                d._ref = d._open > INLINE_HANDLES or len(d.marks) > INLINE_TABLES
         return d
 
 
@@ -262,18 +248,22 @@ class Pending:
     offset: int
     index: int
     event: Event
+    resolved: int | None  # the partition's resolved ts when it came in: what a restart here knows
     done: bool = False
 
 
 class TransactionBuffer:
     """Per-partition buffers released up to the minimum resolved ts over all partitions."""
 
-    def __init__(self, partitions: list[str], resume: dict[str, tuple[int, int]]):
+    def __init__(self, partitions: list[str], resume: dict[str, tuple[int, int]],
+                 resolved: dict[str, int | None] | None = None, frontier: int = 0):
+        """``resolved`` and ``frontier`` come from a position (``resume_resolved``, ``frontier``):
+        a partition's resolved event before its resume point is not read again."""
         self.partitions = list(partitions)
-        self.resolved: dict[str, int | None] = {p: None for p in partitions}
+        self.resolved: dict[str, int | None] = {p: (resolved or {}).get(p) for p in partitions}
         self.pending: dict[str, deque[Pending]] = {p: deque() for p in partitions}
         self.consumed: dict[str, tuple[int, int]] = dict(resume)  # where reading would continue
-        self.frontier = 0  # highest global resolved ts released so far
+        self.frontier = frontier  # highest global resolved ts released so far
         self._late = False  # an event at or below the frontier came in since the last release (a replay)
 
     def add(self, partition: str, event: Event, offset: int, index: int, count: int) -> None:
@@ -282,12 +272,14 @@ class TransactionBuffer:
         if t is ResolvedEvent:
             self._advance(partition, event.ts)
         elif t is DDLEvent:
-            self.pending[partition].append(Pending(event.commit_ts, 1, partition, offset, index, event))
+            self.pending[partition].append(Pending(event.commit_ts, 1, partition, offset, index, event,
+                                                   self.resolved[partition]))
             # TiCDC writes a DDL after every older row of this partition: it doubles as a resolved ts
             self._advance(partition, event.commit_ts)
             self._late = self._late or event.commit_ts <= self.frontier
         else:
-            self.pending[partition].append(Pending(event.commit_ts, 0, partition, offset, index, event))
+            self.pending[partition].append(Pending(event.commit_ts, 0, partition, offset, index, event,
+                                                   self.resolved[partition]))
             self._late = self._late or event.commit_ts <= self.frontier
         self.consumed[partition] = (offset + 1, 0) if index + 1 >= count else (offset, index + 1)
 
@@ -335,6 +327,12 @@ class TransactionBuffer:
             elif p in self.consumed:
                 out[p] = self.consumed[p]
         return out
+
+    def resume_resolved(self) -> dict[str, int | None]:
+        """Per partition: its resolved ts as of its ``resume`` point. Restored with it, a restart
+        releases what was promised without waiting for new resolved events, and cannot release
+        past entries it has not read again yet (their partition's promise lies after them)."""
+        return {p: (q[0].resolved if q else self.resolved[p]) for p, q in self.pending.items()}
 
     def buffered(self) -> int:
         return sum(len(q) for q in self.pending.values())

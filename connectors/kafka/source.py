@@ -108,6 +108,8 @@ class KafkaSource(Source):
         resume: dict[str, tuple[int, int]] = {}
         self._released_skip = (0, 0)
         saved_ids: dict[str, str | None] = {}
+        txn_resolved: dict[str, int | None] = {}
+        txn_frontier = 0
         if state is not None:
             kind = state[0]
             if kind == _ROW and not self._txn:
@@ -120,6 +122,8 @@ class KafkaSource(Source):
                 self._dedup = Dedup.from_state(state[2])
                 if len(state) > 3:
                     self._released_skip = (state[3], state[4])
+                if len(state) > 7:
+                    txn_resolved, txn_frontier, saved_ids = state[5], state[6], state[7] or {}
             else:
                 raise CdcflowError(f"kafka source {self.id or PLUGIN}: saved position is for consistency "
                                    f"{'row' if kind == _ROW else 'transaction'}; the setting changed. "
@@ -161,33 +165,37 @@ class KafkaSource(Source):
                 off = default
             assign.append(TopicPartition(topic, num, off))
         self._consumer.assign(assign)
-        self._buffer = TransactionBuffer(parts, {p: r for p, r in resume.items()}) if self._txn else None
-        self._emitted_resolved = 0
+        self._buffer = TransactionBuffer(parts, resume, txn_resolved, txn_frontier) if self._txn else None
+        self._emitted_resolved = txn_frontier
+        self._ids_json = orjson.dumps(self._watch.ids)
 
     def _plan_rebuild(self, parts: list[str], resume: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
-        """A row position restored inside a large transaction names where its handles were read
-        (``Dedup.rebuilding``): read from there again, up to the resume point, only to collect them.
-        Returns that resume point, or None when nothing is to be read again. Messages already gone
-        (retention) cannot be read: those marks then count as fully applied, as the transaction
-        is long complete."""
+        """A row position restored inside large transactions names where the replay filter's marks
+        were first set (``Dedup.rebuild_start``): read from there again, up to the resume point,
+        only to admit those rows once more. Returns that resume point, or None when nothing is to
+        be read again. Messages already gone (retention) cannot be read: the filter then starts
+        empty, and a TiCDC replay of those (long complete) transactions would come through again."""
         dedup = self._dedup
         start = dedup.rebuild_start()
         if start is None:
             return None
         if self._txn or parts[0] not in resume:
-            dedup.end_rebuild(complete=True)
+            dedup.end_rebuild()
             return None
         until = resume[parts[0]]
         topic, num = _split(parts[0])
         try:
             low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, num), timeout=10)
         except KafkaException as e:
-            low = start + 1
+            low = start
             log.warning("kafka source %s: reading %s's low watermark failed: %s", self.id, parts[0], e)
-        if low > start or start >= until[0] + (1 if until[1] else 0):
-            log.warning("kafka source %s: %s from offset %d is gone; rows at the saved marks of %s count as "
-                        "applied", self.id, parts[0], start, ", ".join(sorted(dedup.rebuilding)))
-            dedup.end_rebuild(complete=True)
+        if low > start:
+            log.warning("kafka source %s: %s from offset %d is gone (retention); replays of the transactions "
+                        "there are no longer recognised", self.id, parts[0], start)
+            dedup.end_rebuild()
+            return None
+        if start >= until[0] + (1 if until[1] else 0):
+            dedup.end_rebuild()
             return None
         return until
 
@@ -400,12 +408,15 @@ class KafkaSource(Source):
     def _read_transaction(self, msgs: list) -> None:
         """Buffer, release what the global resolved ts completes, drop replays among it.
 
-        A released record's position is where this release started (resume points, replay filter)
-        plus how many records it had admitted: ``["txn", resume, state, L, n]`` = "from ``state``
-        at ``resume``, the first ``n`` records admitted with commit ts <= ``L`` were emitted".
-        Release order is deterministic (commit ts first), so a restart re-reads, re-admits and
-        skips exactly those. The filter never needs handles past a release: everything at or
-        below the frontier is complete, so positions stay small whatever the transaction size.
+        A released record's position is where this release started plus how many records it had
+        admitted: ``["txn", resume, state, L, n, resolved, frontier, topic ids]`` = "from the
+        replay filter ``state`` at the ``resume`` points, the first ``n`` records admitted with
+        commit ts <= ``L`` were emitted". Release order is deterministic (commit ts first), so a
+        restart re-reads, re-admits and skips exactly those. ``resolved`` is each partition's
+        resolved ts as of its resume point (its resolved event may lie before it, never read
+        again) and ``frontier`` the released one, so a restart neither stalls nor repeats resolved
+        records. The filter needs no rows past a release (everything at or below the frontier is
+        complete), so positions stay small whatever the transaction size.
         """
         buf = self._buffer
         for m in msgs:
@@ -419,6 +430,7 @@ class KafkaSource(Source):
         dumps = orjson.dumps
         dedup, store, out = self._dedup, self._store, self._outbox
         start = b'["txn",%s,%s' % (dumps(buf.resume()), dedup.state_json())
+        context = b",%s,%d,%s]" % (dumps(buf.resume_resolved()), buf.frontier, self._ids_json)
         entries = buf.release()
         limit = buf.frontier
         skip_ts, skip_n = self._released_skip
@@ -433,16 +445,16 @@ class KafkaSource(Source):
             if skipped < skip_n and e.ts <= skip_ts:
                 skipped += 1
                 continue  # emitted before the restart this release repeats
-            out.append(to_record(ev, b"%s,%d,%d]" % (start, limit, admitted), store))
-        if entries:
-            dedup.complete_through(limit)
-            if skip_n:
-                self._released_skip = (skip_ts, skip_n - skipped) if skip_n > skipped else (0, 0)
+            out.append(to_record(ev, b"%s,%d,%d%s" % (start, limit, admitted, context), store))
+        dedup.complete_through(limit)
+        if entries and skip_n:
+            self._released_skip = (skip_ts, skip_n - skipped) if skip_n > skipped else (0, 0)
         if buf.frontier > self._emitted_resolved:
             self._emitted_resolved = buf.frontier
             skip_ts, skip_n = self._released_skip
-            out.append(to_record(ResolvedEvent(buf.frontier), b'["txn",%s,%s,%d,%d]' % (
-                dumps(buf.resume()), dedup.state_json(), skip_ts, skip_n), store))
+            out.append(to_record(ResolvedEvent(buf.frontier), b'["txn",%s,%s,%d,%d,%s,%d,%s]' % (
+                dumps(buf.resume()), dedup.state_json(), skip_ts, skip_n, dumps(buf.resume_resolved()),
+                buf.frontier, self._ids_json), store))
 
     def ack(self, positions: Sequence[bytes]) -> None:
         if not positions or self._consumer is None:

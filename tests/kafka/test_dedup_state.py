@@ -36,8 +36,9 @@ EVENTS = st.lists(st.one_of(
 
 
 def _expected_json(model: dict, ddl_ts: int, ddl_queries: set, complete: int) -> list:
-    ref = sum(len(m[1]) for m in model.values()) > consistency.INLINE_HANDLES
-    marks = {c: [ts, {"at": at}] if ref else [ts, sorted(handles), at] for c, (ts, handles, at) in model.items()}
+    if sum(len(m[1]) for m in model.values()) > consistency.INLINE_HANDLES or len(model) > consistency.INLINE_TABLES:
+        return [["at", min(at for _, _, at in model.values())], ddl_ts, sorted(ddl_queries), complete]
+    marks = {c: [ts, sorted(handles), at] for c, (ts, handles, at) in model.items()}
     return [marks, ddl_ts, sorted(ddl_queries), complete]
 
 
@@ -56,12 +57,12 @@ def test_cached_state_is_the_state_and_follows_the_rule(events):
     applied, is one. ``INLINE_HANDLES`` is lowered so that positions naming offsets instead of
     the rows come up; a restart then reads the rows from there again, as the source does, and
     must end with the same filter."""
-    inline = consistency.INLINE_HANDLES
-    consistency.INLINE_HANDLES = 2
+    inline = consistency.INLINE_HANDLES, consistency.INLINE_TABLES
+    consistency.INLINE_HANDLES, consistency.INLINE_TABLES = 3, 2
     try:
         _run(events)
     finally:
-        consistency.INLINE_HANDLES = inline
+        consistency.INLINE_HANDLES, consistency.INLINE_TABLES = inline
 
 
 def _run(events):
