@@ -12,6 +12,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cdcflow.connectors.kafka.destination import KafkaDestinationError
+from cdcflow.connectors.kafka.source import KafkaSourceError
 from cdcflow.connectors.ticdc.avro import AvroOptions, build_schema, schema_text
 from cdcflow.connectors.ticdc.events import META_COMMIT_TS
 from cdcflow.connectors.ticdc.open_protocol import OpenProtocolEncoder
@@ -348,3 +349,37 @@ def test_topic_settings_as_ticdc_applies_them(kafka_broker, unique_name):
     with pytest.raises(KafkaDestinationError, match="partition-num 5 is more than the 4 partitions"):
         too_many.write([record(row(ORDERS, 1, tso(1)))])
     too_many.teardown()
+
+
+@pytest.mark.parametrize("consistency", ["row", "transaction"])
+def test_a_position_from_another_incarnation_of_the_topic_is_refused(kafka_broker, unique_name, consistency):
+    """Positions carry the topic's id; one naming another id (the topic was recreated since) is a
+    typed error naming the topic, never a silent resume at offsets that now mean other messages.
+    (tests/kafka/test_broker_faults.py recreates a topic for real on a replaced broker, row mode.)"""
+    topic = unique_name
+    create_topic(kafka_broker, topic, 2)
+    uri = f"kafka://{kafka_broker}/{topic}?protocol=open-protocol"
+    dst = make_destination({"uri": uri, "partition": "index-value"})
+    assert dst.write([record(row(ORDERS, i, tso(10 + i))) for i in range(6)] + [record(ResolvedEvent(tso(50)))]) \
+        is None
+    dst.teardown()
+    settings = {"uri": uri, "consistency": consistency}
+    part = "*" if consistency == "transaction" else f"{topic}:0"
+    src = make_source(settings)
+    got = read_all(src, part, idle=0.8)
+    src.teardown()
+    state = json.loads(got[-1].position)
+    ids = state[-1]
+    if consistency == "transaction":
+        assert list(ids) == [topic] and ids[topic]
+        state[-1] = {topic: "AAAAAAAAAAAAAAAAAAAAAA"}
+    else:
+        assert isinstance(ids, str) and ids
+        state[-1] = "AAAAAAAAAAAAAAAAAAAAAA"
+    src = make_source(settings)
+    with pytest.raises(KafkaSourceError, match=f"{topic}.*was recreated"):
+        src.open(json.dumps(state).encode(), part)
+    src.teardown()
+    src = make_source(settings)  # the genuine position still opens
+    src.open(got[-1].position, part)
+    src.teardown()
