@@ -202,16 +202,11 @@ def opencdc_ids(servers: str, topic: str) -> Counter:
     return Counter(json.loads(m.key())["id"] for m in raw_messages(servers, topic, idle=0.7))
 
 
-@pytest.mark.slow  # ~28 s: two pipeline runs and a freeze that outlasts delivery-timeout
-@pytest.mark.timeout(300)
-def test_engine_run_fails_on_frozen_broker_and_rerun_delivers_everything(broker, unique_name, tmp_path):
-    topic, n = unique_name, 3000
-    create_topic(broker.servers, topic, 1)
-    cfg, state = tmp_path / "pipeline.yaml", tmp_path / "state"
-    cfg.write_text(f"""version: "2.2"
-engine:
-  batch-size: 100
-pipelines:
+def generator_to_kafka(servers: str, topic: str, n: int, engine: str = "", generator: str = "",
+                       pipeline: str = "") -> str:
+    """A pipeline file: ``n`` generated records → kafka (opencdc-json, delivery-timeout 2s)."""
+    return f"""version: "2.2"
+{engine}pipelines:
   - id: gen
     status: running
     connectors:
@@ -220,16 +215,25 @@ pipelines:
         plugin: builtin:generator
         settings:
           recordCount: "{n}"
-          rate: "1000"
-          format.type: structured
+{generator}          format.type: structured
           format.options.n: int
       - id: out
         type: destination
         plugin: builtin:kafka
         settings:
-          uri: kafka://{broker.servers}/{topic}?protocol=opencdc-json
+          uri: kafka://{servers}/{topic}?protocol=opencdc-json
           delivery-timeout: 2s
-""")
+{pipeline}"""
+
+
+@pytest.mark.slow  # ~28 s: two pipeline runs and a freeze that outlasts delivery-timeout
+@pytest.mark.timeout(300)
+def test_engine_run_fails_on_frozen_broker_and_rerun_delivers_everything(broker, unique_name, tmp_path):
+    topic, n = unique_name, 3000
+    create_topic(broker.servers, topic, 1)
+    cfg, state = tmp_path / "pipeline.yaml", tmp_path / "state"
+    cfg.write_text(generator_to_kafka(broker.servers, topic, n, engine="engine:\n  batch-size: 100\n",
+                                      generator='          rate: "1000"\n'))
     saved = state / "positions" / "gen" / "in" / "0.json"
     proc = start_run(cfg, state)
     try:
@@ -304,20 +308,26 @@ def test_source_survives_frozen_broker_without_loss_or_duplicates(broker, unique
         assert offsets == sorted(offsets)
 
 
+def open_and_read(broker, topic: str, n: int):
+    """A row-mode source on ``topic`` after ``n`` canal-json rows were produced, and those rows read."""
+    fill(broker.servers, topic, range(n))
+    src = make_source({"uri": canal_uri(broker.servers, topic), "read-from": "earliest", "group.id": topic})
+    src.open(None, f"{topic}:0")
+    got: list = []
+    deadline = time.monotonic() + 20
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(src.read(n))
+    assert row_ids(got) == list(range(n))
+    return src, got
+
+
 @pytest.mark.slow  # ~15 s: the freeze has to outlast the bound
 @pytest.mark.timeout(120)
 def test_source_ack_on_frozen_broker_returns_in_bounded_time(broker, unique_name):
     topic = unique_name
     create_topic(broker.servers, topic, 1)
-    fill(broker.servers, topic, range(50))
-    src = make_source({"uri": canal_uri(broker.servers, topic), "read-from": "earliest", "group.id": topic})
-    src.open(None, f"{topic}:0")
+    src, got = open_and_read(broker, topic, 50)
     try:
-        got: list = []
-        deadline = time.monotonic() + 20
-        while len(got) < 50 and time.monotonic() < deadline:
-            got.extend(src.read(100))
-        assert row_ids(got) == list(range(50))
         broker.freeze()
         timer = broker.thaw_after(15.0)
         started = time.monotonic()
@@ -336,15 +346,8 @@ def test_source_ack_on_frozen_broker_returns_in_bounded_time(broker, unique_name
 def test_source_on_replaced_broker_reports_the_lost_topic(broker, unique_name, after):
     topic = unique_name
     create_topic(broker.servers, topic, 1)
-    fill(broker.servers, topic, range(300))
-    src = make_source({"uri": canal_uri(broker.servers, topic), "read-from": "earliest", "group.id": topic})
-    src.open(None, f"{topic}:0")
+    src, got = open_and_read(broker, topic, 300)
     try:
-        got: list = []
-        deadline = time.monotonic() + 20
-        while len(got) < 300 and time.monotonic() < deadline:
-            got.extend(src.read(300))
-        assert row_ids(got) == list(range(300))
         src.ack([got[-1].position])
         broker.replace()
         if after == "topic-recreated":  # what a TiCDC changefeed does on the new cluster: offsets restart at 0
@@ -400,30 +403,9 @@ def test_engine_does_not_dead_letter_records_because_the_broker_is_frozen(broker
     topic, n = unique_name, 3
     create_topic(broker.servers, topic, 1)
     cfg, state, dlq = tmp_path / "pipeline.yaml", tmp_path / "state", tmp_path / "dlq.jsonl"
-    cfg.write_text(f"""version: "2.2"
-pipelines:
-  - id: gen
-    status: running
-    connectors:
-      - id: in
-        type: source
-        plugin: builtin:generator
-        settings:
-          recordCount: "{n}"
-          format.type: structured
-          format.options.n: int
-      - id: out
-        type: destination
-        plugin: builtin:kafka
-        settings:
-          uri: kafka://{broker.servers}/{topic}?protocol=opencdc-json
-          delivery-timeout: 2s
-    dead-letter-queue:
-      plugin: builtin:file
-      settings:
-        path: {dlq}
-      window-size: 0
-""")
+    cfg.write_text(generator_to_kafka(broker.servers, topic, n, pipeline=(
+        f"    dead-letter-queue:\n      plugin: builtin:file\n      settings:\n        path: {dlq}\n"
+        "      window-size: 0\n")))
     with broker.frozen():  # the broker stalls before the first write: nothing is cached
         run = start_run(cfg, state)
         try:
