@@ -90,6 +90,16 @@ class RegistryHTTPError(Exception):
         super().__init__(message)
 
 
+def _own_or_global(request, own: str | None, global_value, code: int, what: str) -> str:
+    """A subject's own setting; without one, the global one if ``?defaultToGlobal=true``, else 404."""
+    if own is not None:
+        return own
+    if not _flag(request, "defaultToGlobal"):
+        raise RegistryHTTPError(404, code, f"Subject '{request.match_info['subject']}' does not have "
+                                f"subject-level {what} configured")
+    return global_value()
+
+
 def _json(data, status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(data).encode(), status=status, content_type=MEDIA_TYPE)
 
@@ -419,12 +429,8 @@ class RegistryRoutes:
 
     async def get_subject_config(self, request):
         subject = request.match_info["subject"]
-        level = self.store.compatibility(subject)
-        if level is None:
-            if not _flag(request, "defaultToGlobal"):
-                raise RegistryHTTPError(404, SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-                                        f"Subject '{subject}' does not have subject-level compatibility configured")
-            level = self._global_level()
+        level = _own_or_global(request, self.store.compatibility(subject), self._global_level,
+                               SUBJECT_COMPATIBILITY_NOT_CONFIGURED, "compatibility")
         return _json({"compatibilityLevel": level})
 
     async def put_subject_config(self, request):
@@ -464,12 +470,8 @@ class RegistryRoutes:
 
     async def get_subject_mode(self, request):
         subject = request.match_info["subject"]
-        mode = self.store.mode(subject)
-        if mode is None:
-            if not _flag(request, "defaultToGlobal"):
-                raise RegistryHTTPError(404, SUBJECT_MODE_NOT_CONFIGURED,
-                                        f"Subject '{subject}' does not have subject-level mode configured")
-            mode = self.store.mode(None) or READWRITE
+        mode = _own_or_global(request, self.store.mode(subject), lambda: self.store.mode(None) or READWRITE,
+                              SUBJECT_MODE_NOT_CONFIGURED, "mode")
         return _json({"mode": mode})
 
     async def put_subject_mode(self, request):
