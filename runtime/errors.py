@@ -38,6 +38,21 @@ class PluginCrashedError(CdcflowError):
         super().__init__(f"plugin {plugin}: {message}")
 
 
+class InfrastructureError(CdcflowError):
+    """A service a node depends on failed: broker, schema registry, object store, state store, disk.
+
+    Never a record's fault. The engine fails the whole batch (nothing after it is written or
+    acknowledged, nothing goes to the DLQ), retries it with backoff inside the configured
+    budget, then stops the pipeline naming pipeline, node and ``endpoint``. Connectors raise
+    it (or a subclass) for every failure that is about the service, not the record's content.
+    """
+
+    def __init__(self, message: str, *, service: str = "", endpoint: str | None = None):
+        self.service = service  # "kafka", "schema-registry", "object-store", "state", "disk", ...
+        self.endpoint = endpoint  # where: servers, registry URL (secrets masked), path or URI
+        super().__init__(message)
+
+
 class RecordError(CdcflowError):
     """One record could not be processed; the pipeline may route it to the DLQ."""
 

@@ -19,7 +19,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from ..errors import SchemaError
+from ..errors import InfrastructureError, SchemaError
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 _ACCEPT = f"{MEDIA_TYPE}, application/vnd.schemaregistry+json, application/json"
@@ -41,8 +41,12 @@ class RegistryError(SchemaError):
         super().__init__(f"{where}{message}{code}{at}")
 
 
-class RegistryUnavailableError(RegistryError):
-    """The registry could not be reached (connection refused, timeout, DNS)."""
+class RegistryUnavailableError(RegistryError, InfrastructureError):
+    """The registry could not be reached (connection refused, timeout, DNS): an outage, never a record's fault."""
+
+    def __init__(self, message: str, **kw):
+        RegistryError.__init__(self, message, **kw)
+        self.service, self.endpoint = "schema-registry", kw.get("url")
 
 
 class RegistryAuthError(RegistryError):
