@@ -21,7 +21,7 @@ import sys
 from typing import Sequence
 
 from .errors import CdcflowError, ConfigError, DuplicatePluginError, PluginNotFoundError
-from .params import install_redactor
+from .params import REDACTOR, install_redactor
 
 COMMAND_MODULES = (
     "cdcflow.plugins_cli",
@@ -54,8 +54,8 @@ class JsonLogFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:  # the redactor leaves a masked exc_text
+            out["error"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except CdcflowError as e:
-        print(f"cdcflow: error: {e}", file=sys.stderr)
+        print(f"cdcflow: error: {REDACTOR.redact(str(e))}", file=sys.stderr)
         return error_exit_code(e)
     except KeyboardInterrupt:
         print("cdcflow: interrupted", file=sys.stderr)

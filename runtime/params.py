@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
+from .masking import MASK, mask_setting, mask_settings, mask_text, secrets_in
 
-MASK = "***"
 
 
 class ParamType(enum.IntEnum):
@@ -171,7 +171,7 @@ def problems(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, 
                 errs.append(ConfigError(plugin, name, "required", "value is required"))
             continue
         raw = str(raw)
-        shown = MASK if p.secret else repr(raw)
+        shown = MASK if p.secret else repr(mask_setting(name, raw))
         try:
             value = _convert(p.type, raw)
         except ValueError as e:
@@ -195,25 +195,29 @@ def problems(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, 
 
 
 def masked(spec: Mapping[str, Parameter], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``settings`` with secret values replaced by ``***`` (for logs, describe)."""
-    out = {}
-    for k, v in settings.items():
-        m = _match_spec(spec, k)
-        out[k] = MASK if (m is not None and m[1].secret and v not in (None, "")) else v
-    return out
+    """A copy of ``settings`` fit for output: the spec's secrets and every secret-named
+    setting or URI part replaced by ``***`` (cdcflow.masking)."""
+    return mask_settings(settings, (k for k in settings if _is_secret(spec, k)))
+
+
+def _is_secret(spec: Mapping[str, Parameter], key: str) -> bool:
+    m = _match_spec(spec, key)
+    return m is not None and m[1].secret
 
 
 def secret_values(spec: Mapping[str, Parameter], settings: Mapping[str, Any]) -> list[str]:
+    """Every secret text in ``settings``: spec secrets, secret-named settings, secrets inside URIs."""
     vals = []
     for k, v in settings.items():
-        m = _match_spec(spec, k)
-        if m is not None and m[1].secret and v not in (None, ""):
-            vals.append(str(v))
+        if v in (None, ""):
+            continue
+        vals.extend([str(v)] if _is_secret(spec, k) else secrets_in(k, v))
     return vals
 
 
 class SecretRedactor(logging.Filter):
-    """Replaces every registered secret value in log messages with ``***``.
+    """Replaces every registered secret value, and the secret parts of every URI, in log
+    messages (and the text of a logged exception) with ``***``.
 
     Installed on the root handlers by ``install_redactor``; plugins register the
     secrets of their settings when configured, so no log line shows them.
@@ -234,14 +238,17 @@ class SecretRedactor(logging.Filter):
 
     def redact(self, text: str) -> str:
         pat = self._pattern
-        return pat.sub(MASK, text) if pat is not None else text
+        return mask_text(pat.sub(MASK, text) if pat is not None else text)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self._pattern is not None:
-            msg = record.getMessage()
-            red = self.redact(msg)
-            if red != msg:
-                record.msg, record.args = red, None
+        msg = record.getMessage()
+        red = self.redact(msg)
+        if red != msg:
+            record.msg, record.args = red, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
         return True
 
 

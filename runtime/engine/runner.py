@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Callable, Mapping, TextIO
 
 from ..errors import CdcflowError, ConfigError, PluginNotFoundError
+from ..masking import mask_setting
+from ..params import REDACTOR
 from ..pipeline.model import PipelineConfig
 from .driver import Driver
 from .plan import Limits, RunContext, plan_partitions
@@ -62,10 +64,11 @@ def _outputs(pipelines: list[PipelineConfig]) -> list[str]:
     out = []
     for p in pipelines:
         for d in p.destinations:
-            where = next((d.settings[k] for k in ("path", "url", "uri", "topic") if d.settings.get(k)), None)
+            where = next((mask_setting(k, d.settings[k]) for k in ("path", "url", "uri", "topic")
+                          if d.settings.get(k)), None)
             out.append(f"{p.id}/{d.id} ({d.plugin}): {where}" if where else f"{p.id}/{d.id} ({d.plugin})")
         dlq = p.dead_letter_queue
-        where = dlq.settings.get("path")
+        where = mask_setting("path", dlq.settings.get("path"))
         out.append(f"{p.id} dead-letter queue ({dlq.plugin})" + (f": {where}" if where else ""))
     return out
 
@@ -135,9 +138,9 @@ def run_files(
             try:
                 tasks = plan_partitions(selected, registry)
             except (ConfigError, PluginNotFoundError) as e:
-                return RunOutcome(EXIT_INVALID, problems=[str(e)], state_dir=state.root)
+                return RunOutcome(EXIT_INVALID, problems=[REDACTOR.redact(str(e))], state_dir=state.root)
             except CdcflowError as e:
-                return RunOutcome(EXIT_FAILED, failures=[f"cannot start: {e}"], state_dir=state.root)
+                return RunOutcome(EXIT_FAILED, failures=[REDACTOR.redact(f"cannot start: {e}")], state_dir=state.root)
             ctx = RunContext(
                 pipelines={p.id: p for p in selected},
                 state=state,
@@ -169,10 +172,10 @@ def run_files(
             if session.owned:
                 session.stop()
     outcome.totals = loop.totals
-    outcome.failures = loop.failures
+    outcome.failures = [REDACTOR.redact(f) for f in loop.failures]
     outcome.interrupted = loop.interrupted
     outcome.exit_code = EXIT_FAILED if loop.failures else EXIT_OK
-    outcome.summary = summary(loop.totals, outcome.outputs, loop.failures, outcome.startup_seconds)
+    outcome.summary = summary(loop.totals, outcome.outputs, outcome.failures, outcome.startup_seconds)
     if loop.totals.total_read() == 0 and not loop.failures:
         outcome.summary += (
             f"\n  nothing new to read: sources continue from their saved positions in {state.root}"

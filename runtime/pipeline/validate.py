@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import CdcflowError, ConfigError
 from ..expr import Condition, ExpressionError
-from ..params import problems as parameter_problems
+from ..params import REDACTOR, problems as parameter_problems
 from .config import LoadResult, Problem, load_files
 from .model import ConnectorConfig, Origin, PipelineConfig, ProcessorConfig
 
@@ -57,7 +57,8 @@ def validate_loaded(loaded: LoadResult, registry: Any, paths: Sequence[str] = ()
     for pipeline in loaded.pipelines:
         problems.extend(_PipelineChecker(pipeline, registry).check())
     order = {str(p): i for i, p in reversed(list(enumerate(paths)))}
-    unique = list(dict.fromkeys(problems))  # the same fact found twice is listed once
+    # the same fact found twice is listed once; a message quoting a setting never shows its secrets
+    unique = list(dict.fromkeys(Problem(pr.file, pr.line, REDACTOR.redact(pr.message)) for pr in problems))
     unique.sort(key=lambda pr: (order.get(pr.file, len(order)), pr.file, pr.line))
     return ValidationResult(loaded.pipelines, unique)
 
