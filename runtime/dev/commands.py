@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 
+from ..errors import ConfigError
+from ..schemaregistry.server import AUTH_ENV, parse_credentials
 from . import services
 
 
@@ -21,7 +24,9 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address both listen on (default: 127.0.0.1)")
     p.add_argument("--broker-port", type=int, default=None, help="default: a free port")
     p.add_argument("--registry-port", type=int, default=None, help="default: a free port")
-    p.add_argument("--registry-auth", default=None, metavar="USER:PASSWORD", help="basic auth for the registry")
+    p.add_argument("--registry-auth", nargs="?", const="", default=None, metavar="USER:PASSWORD",
+                   help=f"basic auth for the registry; without a value, user:password is read from ${AUTH_ENV} "
+                        "(keeps it out of the process list)")
     p.set_defaults(func=_up)
 
     p = sub.add_parser("status", help="show the services of a state directory (exit 1 unless all run)")
@@ -48,9 +53,20 @@ def _print_services(dev: services.DevServices, as_json: bool, header: str | None
     print(f"  {'state':18} {services.state_path(dev.state_dir)}")
 
 
+def _registry_auth(value: str | None) -> str | None:
+    if value is None:
+        return None
+    auth = value or os.environ.get(AUTH_ENV, "")
+    try:
+        parse_credentials(auth)
+    except ValueError as e:
+        raise ConfigError("dev", "--registry-auth", "user:password", f"{e} (in the option or ${AUTH_ENV})") from None
+    return auth
+
+
 def _up(args) -> int:
     dev, started = services.up(args.state, host=args.host, broker_port=args.broker_port,
-                               registry_port=args.registry_port, registry_auth=args.registry_auth)
+                               registry_port=args.registry_port, registry_auth=_registry_auth(args.registry_auth))
     _print_services(dev, args.json, "started:" if started else "already running:")
     return 0
 

@@ -258,6 +258,10 @@ class LocalService:
     def prepare(self) -> None:
         """Called once before the first start attempt."""
 
+    def env(self) -> dict[str, str] | None:
+        """The child's environment (None: this process's); how secrets reach it, never argv."""
+        return None
+
     # -- lifecycle -------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
@@ -277,7 +281,8 @@ class LocalService:
         for _ in range(attempts):
             port = self.port or free_port(self.host)
             address = self.address(port)
-            proc, info = spawn(self.SERVICE, self.argv(port), address, log_path=self.log_path, detach=self.detach)
+            proc, info = spawn(self.SERVICE, self.argv(port), address, log_path=self.log_path, detach=self.detach,
+                               env=self.env())
             try:
                 wait_ready(self.SERVICE, proc, lambda: self.probe(address), timeout=self.startup_timeout,
                            log_path=self.log_path)

@@ -6,19 +6,22 @@ It runs ``python -m cdcflow.schemaregistry.server`` rather than the full
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+from ..schemaregistry.server import AUTH_ENV
 from .process import LocalService
 
 SERVICE = "schema registry"
 
 
-def registry_argv(host: str, port: int, data_dir: str, auth: str | None = None) -> list[str]:
+def registry_argv(host: str, port: int, data_dir: str, auth: bool = False) -> list[str]:
+    """The server's command line; with ``auth`` it reads the credentials from ``$CDCFLOW_REGISTRY_AUTH``."""
     argv = [sys.executable, "-m", "cdcflow.schemaregistry.server", "--host", host, "--port", str(port),
             "--data", data_dir]
     if auth:
-        argv += ["--auth", auth]
+        argv.append("--auth")
     return argv
 
 
@@ -39,7 +42,8 @@ def registry_responds(url: str, timeout: float = 1.0) -> bool:
 class RegistryService(LocalService):
     """The registry server in its own process; ``auth="user:password"`` turns on basic auth.
 
-    ``url`` never carries the credentials.
+    ``url`` never carries the credentials, and neither does the command line: the
+    child gets them in its environment (readable by its owner only).
     """
 
     SERVICE = SERVICE
@@ -59,7 +63,10 @@ class RegistryService(LocalService):
         Path(self.data_dir).mkdir(parents=True, exist_ok=True)
 
     def argv(self, port: int) -> list[str]:
-        return registry_argv(self.host, port, self.data_dir, self.auth)
+        return registry_argv(self.host, port, self.data_dir, bool(self.auth))
+
+    def env(self) -> dict[str, str] | None:
+        return {**os.environ, AUTH_ENV: self.auth} if self.auth else None
 
     def address(self, port: int) -> str:
         return f"http://{self.host}:{port}"

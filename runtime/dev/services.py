@@ -69,9 +69,13 @@ def load(state_dir: str | Path) -> DevServices | None:
 
 
 def _save(dev: DevServices) -> None:
+    """Write the state file owner-only (0600): it names processes and paths of this user."""
     path = state_path(dev.state_dir)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"services": {n: s.to_json() for n, s in dev.services.items()}}, indent=2))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file of the same name keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"services": {n: s.to_json() for n, s in dev.services.items()}}, indent=2))
     os.replace(tmp, path)
 
 

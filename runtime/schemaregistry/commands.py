@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .server import add_serve_arguments, parse_credentials, serve
+from .server import add_serve_arguments, auth_from_args, serve
 
 
 def register(subparsers) -> None:
@@ -18,8 +18,8 @@ def register(subparsers) -> None:
 
 def _serve(args) -> int:
     try:
-        parse_credentials(args.auth)
+        auth = auth_from_args(args)
     except ValueError as e:
         raise ConfigError("registry", "--auth", "user:password", str(e)) from None
-    serve(host=args.host, port=args.port, data_dir=args.data, auth=args.auth)
+    serve(host=args.host, port=args.port, data_dir=args.data, auth=auth)
     return 0

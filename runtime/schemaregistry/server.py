@@ -25,9 +25,10 @@ import binascii
 import hmac
 import json
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from aiohttp import web
 
@@ -117,6 +118,36 @@ def parse_credentials(auth: str | None) -> tuple[str, str] | None:
     if not sep or not user:
         raise ValueError("basic auth must be given as user:password")
     return user, password
+
+
+#: environment variable holding ``user:password`` for ``--auth`` (kept off the command line)
+AUTH_ENV = "CDCFLOW_REGISTRY_AUTH"
+
+
+def auth_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str | None:
+    """The ``user:password`` that ``--auth`` / ``--auth-file`` ask for, checked; None without auth.
+
+    Credentials are read from the file or from ``$CDCFLOW_REGISTRY_AUTH``, never taken
+    from the command line, which every local user can read in ``ps`` or ``/proc``.
+    Raises ValueError with a message fit for the user.
+    """
+    environ = os.environ if environ is None else environ
+    if isinstance(args.auth, str):
+        raise ValueError(f"--auth takes no value: credentials on the command line are visible to every local "
+                         f"user; put user:password in ${AUTH_ENV} or in a file named by --auth-file")
+    if args.auth_file:
+        try:
+            auth = Path(args.auth_file).read_text().strip()
+        except OSError as e:
+            raise ValueError(f"cannot read --auth-file: {e}") from None
+    elif args.auth:
+        auth = environ.get(AUTH_ENV, "")
+        if not auth:
+            raise ValueError(f"--auth needs user:password in ${AUTH_ENV} (or use --auth-file)")
+    else:
+        return None
+    parse_credentials(auth)
+    return auth
 
 
 def _auth_middleware(credentials: tuple[str, str]):
@@ -609,8 +640,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8081, help="default: 8081")
     parser.add_argument("--data", default=".cdcflow/registry", metavar="DIR",
                         help=f"directory of the persistent store ({STORE_FILE}); default: .cdcflow/registry")
-    parser.add_argument("--auth", default=None, metavar="USER:PASSWORD",
-                        help="require HTTP basic auth with these credentials")
+    parser.add_argument("--auth", nargs="?", const=True, default=False,
+                        help=f"require HTTP basic auth; user:password is read from ${AUTH_ENV}")
+    parser.add_argument("--auth-file", default=None, metavar="FILE",
+                        help="require HTTP basic auth; user:password is the file's content (keep it mode 0600)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -619,11 +652,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_serve_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        parse_credentials(args.auth)
+        auth = auth_from_args(args)
     except ValueError as e:
         parser.error(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(host=args.host, port=args.port, data_dir=args.data, auth=args.auth)
+    serve(host=args.host, port=args.port, data_dir=args.data, auth=auth)
     return 0
 
 
