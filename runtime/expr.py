@@ -31,10 +31,12 @@ import base64
 import datetime as _dt
 import decimal
 import functools
+import math
 import re
 from typing import Any, Callable
 
 import orjson
+import re2
 import simpleeval
 
 from .errors import CdcflowError
@@ -50,6 +52,85 @@ class ExpressionError(CdcflowError):
         self.reason = message
         where = f" at column {column}" if column is not None else ""
         super().__init__(f"expression {text!r}{where}: {message}")
+
+
+# -- limits ---------------------------------------------------------------------
+# One record's evaluation must stay cheap whatever the record holds: pipeline text
+# and record content could otherwise ask for a 4000000**4000000 or a 70M-character
+# string. Past a limit the record fails with an ExpressionError (it is nacked, and
+# goes to the DLQ: its content is what asked for the work). docs/expressions.md, "Limits".
+
+#: longest string or list an operator or text function builds (simpleeval's own limit for ``+`` and ``*``)
+MAX_TEXT = simpleeval.MAX_STRING_LENGTH
+#: most decimal digits of an integer an expression builds (Python's limit for int <-> text)
+MAX_INT_DIGITS = 4300
+_MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
+#: largest decimal exponent ``decimal()`` accepts and ``int()``/``round()`` turn into an integer
+MAX_DECIMAL_EXPONENT = MAX_INT_DIGITS
+
+
+class LimitExceeded(ArithmeticError):
+    """One operation of an expression would pass a limit; reported as the record's ExpressionError."""
+
+
+def _int_bits(value: Any) -> float:
+    """Bits of ``value`` when it is an int (bools too), else 0: only integers grow without bound."""
+    return abs(value).bit_length() if isinstance(value, int) else 0
+
+
+def _too_long(what: str, size: int) -> LimitExceeded:
+    return LimitExceeded(f"{what} would be {size:,} long; an expression builds at most {MAX_TEXT:,} "
+                         "characters or items (MAX_TEXT)")
+
+
+def _too_big(what: str) -> LimitExceeded:
+    return LimitExceeded(f"{what} would have more than {MAX_INT_DIGITS} digits (MAX_INT_DIGITS)")
+
+
+def _pow(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and b * math.log2(abs(a)) > _MAX_INT_BITS:
+        raise _too_big(f"{a} ** {b}")
+    return simpleeval.safe_power(a, b)
+
+
+def _mult(a: Any, b: Any) -> Any:
+    if _int_bits(a) + _int_bits(b) > _MAX_INT_BITS:
+        raise _too_big("a product")
+    for seq, n in ((a, b), (b, a)):
+        if isinstance(n, int) and isinstance(seq, (str, bytes, list, tuple)) and n > 0:
+            if isinstance(seq, (list, tuple)):
+                if n > 1 and any(isinstance(e, (list, tuple, dict, set)) for e in seq):
+                    # n references to one container multiply every later walk (toJson, str)
+                    raise LimitExceeded("a list holding lists or maps cannot be repeated with *")
+                weight = sum(1 + len(e) if isinstance(e, (str, bytes)) else 1 for e in seq)  # items and their text
+            else:
+                weight = len(seq)
+            if weight * n > MAX_TEXT:
+                raise _too_long(f"a {type(seq).__name__} repeated {n} times", weight * n)
+    return a * b
+
+
+def _lshift(a: Any, b: Any) -> Any:
+    if isinstance(b, int) and _int_bits(a) + b > _MAX_INT_BITS:
+        raise _too_big(f"{a} << {b}")
+    return simpleeval.safe_lshift(a, b)
+
+
+# widths and precisions of printf-style formats ('%09999999d'), and '*' taking one from the arguments
+_FORMAT_SIZE = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if type(a) is str:
+        for m in _FORMAT_SIZE.finditer(a):
+            for size in m.groups():
+                if size == "*" or (size is not None and int(size) > MAX_TEXT):
+                    raise LimitExceeded(f"format widths and precisions are limited to {MAX_TEXT:,} (MAX_TEXT)")
+    return a % b
+
+
+#: the guarded operators, for the translator and the interpreter alike
+OPERATORS = {**simpleeval.DEFAULT_OPERATORS, ast.Pow: _pow, ast.Mult: _mult, ast.LShift: _lshift, ast.Mod: _mod}
 
 
 # -- functions ----------------------------------------------------------------
@@ -103,13 +184,59 @@ def _has_suffix(s: Any, suffix: str) -> bool:
     return isinstance(s, str) and s.endswith(suffix)
 
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is reported as the expression's error, not on stderr
+
+
 @functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _regex(pattern: str) -> Any:
+    """RE2 matches in time linear in the text: no pattern can backtrack catastrophically."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as e:
+        raise ValueError(f"regular expression {pattern!r} is not valid RE2 syntax ({_re2_reason(e)}); "
+                         "RE2 has no backreferences or lookaround") from None
+
+
+def _re2_reason(e: Exception) -> str:
+    arg = e.args[0] if e.args else e
+    return arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
 
 
 def _matches(s: Any, pattern: str) -> bool:
     return isinstance(s, str) and _regex(pattern).search(s) is not None
+
+
+def _replace(s: str, old: str, new: str, count: int = -1) -> str:
+    grow = len(new) - len(old)
+    if grow > 0 and len(s) + grow > MAX_TEXT:
+        n = s.count(old) if count < 0 else min(count, s.count(old))
+        size = len(s) + n * grow
+        if size > MAX_TEXT:  # a replace that leaves a long text no longer is always fine
+            raise _too_long("replace's result", size)
+    return s.replace(old, new, count)
+
+
+def _int(value: Any = 0, *base: int) -> int:
+    if isinstance(value, decimal.Decimal) and value.is_finite() and value.adjusted() >= MAX_INT_DIGITS:
+        raise _too_big(f"int({value})")
+    return int(value, *base)
+
+
+def _round(value: Any, *ndigits: int) -> Any:
+    if not ndigits and isinstance(value, decimal.Decimal):
+        return _int(value.to_integral_value(decimal.ROUND_HALF_EVEN) if value.is_finite() else value)
+    return round(value, *ndigits)
+
+
+def _decimal_checked(value: decimal.Decimal) -> decimal.Decimal:
+    if value.is_finite() and abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
+        raise LimitExceeded(f"decimal {value} has an exponent beyond ±{MAX_DECIMAL_EXPONENT} (MAX_DECIMAL_EXPONENT)")
+    return value
+
+
+def _decimal(value: Any) -> decimal.Decimal:
+    return _decimal_checked(decimal.Decimal(str(value)))
 
 
 def _empty(value: Any) -> bool:
@@ -151,7 +278,11 @@ def _split(s: str, sep: str | None = None) -> list[str]:
 
 
 def _join(items: Any, sep: str = "") -> str:
-    return sep.join(_str_of(i) for i in items)
+    parts = [_str_of(i) for i in items]
+    size = sum(map(len, parts)) + len(sep) * max(len(parts) - 1, 0)
+    if size > MAX_TEXT:
+        raise _too_long("join's result", size)
+    return sep.join(parts)
 
 
 #: every function an expression may call; nothing else is reachable
@@ -160,7 +291,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "upper": lambda s: s.upper(),
     "lower": lambda s: s.lower(),
     "trim": lambda s, chars=None: s.strip(chars),
-    "replace": lambda s, old, new: s.replace(old, new),
+    "replace": _replace,
     "split": _split,
     "join": _join,
     "contains": _contains,
@@ -173,15 +304,15 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "b64dec": _b64dec,
     # values
     "len": len,
-    "int": int,
+    "int": _int,
     "float": float,
     "str": _str_of,
     "bool": bool,
-    "decimal": lambda v: decimal.Decimal(str(v)),
+    "decimal": _decimal,
     "abs": abs,
     "min": min,
     "max": max,
-    "round": round,
+    "round": _round,
     "empty": _empty,
     "coalesce": _coalesce,
     "isNull": lambda v: v is None,
@@ -241,7 +372,7 @@ class _Evaluator(simpleeval.EvalWithCompoundTypes):
     """simpleeval with record-friendly, side-effect-free field access."""
 
     def __init__(self) -> None:
-        super().__init__(functions=dict(FUNCTIONS), names=_RecordNames())
+        super().__init__(operators=dict(OPERATORS), functions=dict(FUNCTIONS), names=_RecordNames())
         # comprehensions are rejected at compile time; keep the interpreter from knowing them at all
         for node_type in (ast.ListComp, ast.GeneratorExp, ast.DictComp):
             self.nodes.pop(node_type, None)
@@ -276,6 +407,8 @@ def _field(obj: Any, name: str, text: str) -> Any:
     if obj is None:
         return None
     if type(obj) is str and name in STRING_METHODS:
+        if name == "replace":
+            return functools.partial(_replace, obj)
         return getattr(obj, name)
     if isinstance(obj, (bytes, bytearray)):
         raise ExpressionError(text, f"cannot read field {name!r} of raw data (decode it into structured data first)")
@@ -327,6 +460,12 @@ def _check(text: str, tree: ast.Expression, known_nodes: set[type]) -> None:
                     raise ExpressionError(
                         text, f"unknown function {func.id!r} (known: {', '.join(sorted(FUNCTIONS))})", column=_column(func)
                     )
+                pattern = node.args[1] if func.id == "matches" and len(node.args) == 2 else None  # type: ignore[attr-defined]
+                if isinstance(pattern, ast.Constant) and isinstance(pattern.value, str):
+                    try:
+                        _regex(pattern.value)
+                    except ValueError as e:
+                        raise ExpressionError(text, str(e), column=_column(pattern)) from None
             elif isinstance(func, ast.Attribute):
                 if func.attr not in STRING_METHODS:
                     raise ExpressionError(
@@ -339,8 +478,8 @@ def _check(text: str, tree: ast.Expression, known_nodes: set[type]) -> None:
 
 # -- compilation into Python functions -------------------------------------------------
 
-#: simpleeval's operators that guard sizes (huge strings, powers, shifts); the others are plain Python
-_GUARDED_OPERATORS = (ast.Add, ast.Mult, ast.Pow, ast.LShift, ast.RShift)
+#: operators that guard sizes (huge strings, numbers, formats: OPERATORS); the others are plain Python
+_GUARDED_OPERATORS = (ast.Add, ast.Mult, ast.Pow, ast.LShift, ast.RShift, ast.Mod)
 #: functions whose result is always a bool, so a condition built from them needs no bool check
 _BOOL_FUNCTIONS = frozenset({"contains", "hasPrefix", "hasSuffix", "matches", "empty", "isNull", "bool"})
 _PAYLOAD_PARTS = {"Before": "before", "After": "after"}
@@ -482,7 +621,7 @@ class _Compiler:
     def _BinOp(self, node: ast.BinOp) -> ast.expr:
         left, right = self.expr(node.left), self.expr(node.right)
         if isinstance(node.op, _GUARDED_OPERATORS):
-            return ast.Call(self.bind(simpleeval.DEFAULT_OPERATORS[type(node.op)]), [left, right], [])
+            return ast.Call(self.bind(OPERATORS[type(node.op)]), [left, right], [])
         return ast.BinOp(left, type(node.op)(), right)
 
     def _UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
@@ -603,6 +742,8 @@ class Expression:
         """The ExpressionError one record's failure ``e`` is reported as."""
         if isinstance(e, ExpressionError):
             return e
+        if isinstance(e, LimitExceeded):
+            return ExpressionError(self.text, f"limit exceeded: {e}")
         if isinstance(e, simpleeval.InvalidExpression):
             return ExpressionError(self.text, str(e))
         return ExpressionError(self.text, f"{type(e).__name__}: {e}")

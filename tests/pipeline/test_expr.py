@@ -316,9 +316,9 @@ def test_generated_code_holds_no_pipeline_text():
 
 
 def test_size_guards_of_simpleeval_still_apply():
-    with pytest.raises(ExpressionError, match="too long|Sorry"):
+    with pytest.raises(ExpressionError, match="limit exceeded"):
         Expression.compile("'x' * 10000000").evaluate(rec())
-    with pytest.raises(ExpressionError, match="too high|Sorry"):
+    with pytest.raises(ExpressionError, match="limit exceeded"):
         Expression.compile("10 ** 5000000").evaluate(rec())
 
 
