@@ -112,3 +112,39 @@ def test_up_replaces_a_crashed_service(tmp_path):
 def test_down_without_state_is_harmless(tmp_path):
     r = cdcflow("dev", "down", "--state", str(tmp_path / "none"), check_rc=0)
     assert "no dev services" in r.stdout
+
+
+def test_registry_auth_password_stays_off_command_lines_and_state(tmp_path):
+    """The password reaches the registry through its environment, never argv; services.json is 0600."""
+    state = str(tmp_path / "dev")
+    password = "pw-" + os.urandom(8).hex()
+    pids = []
+    try:
+        r = subprocess.run([sys.executable, "-m", "cdcflow.cli", "dev", "up", "--state", state, "--json",
+                            "--registry-auth"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "CDCFLOW_REGISTRY_AUTH": f"cdc:{password}"})
+        assert r.returncode == 0, r.stderr
+        up = json.loads(r.stdout)
+        pids = [s["pid"] for s in up["services"].values()]
+        registry_pid = up["services"]["registry"]["pid"]
+        cmdline = open(f"/proc/{registry_pid}/cmdline", "rb").read()
+        assert b"--auth" in cmdline and password.encode() not in cmdline
+        url = up["registry_url"]
+        assert httpx.get(url + "/subjects").status_code == 401
+        assert httpx.get(url + "/subjects", auth=("cdc", password)).status_code == 200
+
+        status = cdcflow("dev", "status", "--state", state, "--json", check_rc=0).stdout
+        assert password not in status and password not in r.stdout + r.stderr
+        services_json = os.path.join(state, "services.json")
+        assert os.stat(services_json).st_mode & 0o777 == 0o600
+        assert password not in open(services_json).read()
+        for name in os.listdir(state):
+            path = os.path.join(state, name)
+            if os.path.isfile(path):
+                assert password.encode() not in open(path, "rb").read(), name
+        cdcflow("dev", "down", "--state", state, check_rc=0)
+        assert _wait_gone(pids)
+    finally:
+        for pid in pids:
+            if not _gone([pid]):
+                os.kill(pid, signal.SIGKILL)
