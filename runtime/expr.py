@@ -209,7 +209,7 @@ def _matches(s: Any, pattern: str) -> bool:
 
 def _replace(s: str, old: str, new: str, count: int = -1) -> str:
     grow = len(new) - len(old)
-    if grow > 0 and len(s) + grow > MAX_TEXT:
+    if grow > 0 and len(s) + (len(s) // max(len(old), 1) + 1) * grow > MAX_TEXT:  # could pass: count exactly
         n = s.count(old) if count < 0 else min(count, s.count(old))
         size = len(s) + n * grow
         if size > MAX_TEXT:  # a replace that leaves a long text no longer is always fine
