@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .masking import mask_text
+
 
 class CdcflowError(Exception):
     """Base class of every error cdcflow raises on purpose."""
@@ -49,8 +51,9 @@ class InfrastructureError(CdcflowError):
 
     def __init__(self, message: str, *, service: str = "", endpoint: str | None = None):
         self.service = service  # "kafka", "schema-registry", "object-store", "state", "disk", ...
-        self.endpoint = endpoint  # where: servers, registry URL (secrets masked), path or URI
-        super().__init__(message)
+        # servers, registry URL, path or URI; a URI's password or secret query never rides in the error
+        self.endpoint = mask_text(endpoint) if endpoint else endpoint
+        super().__init__(mask_text(message))
 
 
 class RecordError(CdcflowError):
