@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 import httpx
 
 from ..errors import InfrastructureError, SchemaError
+from ..masking import mask_uri
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 _ACCEPT = f"{MEDIA_TYPE}, application/vnd.schemaregistry+json, application/json"
@@ -99,7 +100,7 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
     """``http://u:p@h:1/x`` -> (``http://h:1/x``, (u, p)); user and password URL-decoded."""
     parts = urlsplit(url.rstrip("/"))
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RegistryError(f"schema registry URL must be http(s)://host[:port], got {_redact(url)!r}")
+        raise RegistryError(f"schema registry URL must be http(s)://host[:port], got {mask_uri(url)!r}")
     if parts.username is None:
         return urlunsplit(parts), None
     netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
@@ -107,14 +108,6 @@ def split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
         netloc += f":{parts.port}"
     clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     return clean, (unquote(parts.username), unquote(parts.password or ""))
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
 
 
 class RegistryClient:
