@@ -5,7 +5,7 @@ simpleeval's safe subset of Python expressions (unknown names, unknown functions
 and unsupported syntax are rejected with a clear message and column). The checked
 tree is then translated once, node by node, into a small Python function (see
 ``_Compiler``): every field read becomes a call of the same null-safe accessors the
-interpreter uses, every operator the same (size-limited) simpleeval operator, and
+interpreter uses, every size-guarded operator the same guarded function (see "Limits" below), and
 every literal a bound value, so the generated code holds no text of the pipeline
 and evaluating a record costs a few calls instead of a tree walk. Syntax the
 translator does not know (f-strings, slices) keeps simpleeval's interpreter.
