@@ -256,8 +256,9 @@ REDACTOR = SecretRedactor()
 
 
 def install_redactor(logger: logging.Logger | None = None) -> None:
-    """Attach the global redactor to every handler of ``logger`` (root by default)."""
+    """Attach the global redactor to every handler of ``logger`` (root by default), and to the
+    handler Python falls back to when none is configured (Spark's Python workers)."""
     lg = logger or logging.getLogger()
-    for h in lg.handlers:
+    for h in [*lg.handlers, *([logging.lastResort] if logging.lastResort is not None else [])]:
         if REDACTOR not in h.filters:
             h.addFilter(REDACTOR)

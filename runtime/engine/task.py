@@ -160,9 +160,11 @@ def _quiet_teardown(part: Any) -> None:
 
 
 def _prepare_process(ctx: RunContext) -> None:
-    """Point this process's schema store at the run's shared SQLite file."""
+    """Point this process's schema store at the run's shared SQLite file; mask secrets in its logs."""
+    from ..params import install_redactor
     from ..schemas import STORE_ENV, set_default_store
 
+    install_redactor()
     if os.environ.get(STORE_ENV) != ctx.schema_store:
         os.environ[STORE_ENV] = ctx.schema_store
         set_default_store(None)  # a reused worker may hold another run's store

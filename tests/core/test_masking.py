@@ -95,3 +95,14 @@ def test_validation_registers_uri_secrets_with_the_process_redactor():
     plugin = load_registry().connector("builtin:storage")
     plugin.validate("destination", {"uri": "s3://b/p?secret-access-key=RegisteredS3cret"})
     assert "RegisteredS3cret" not in REDACTOR.redact("value RegisteredS3cret seen")
+
+
+def test_unconfigured_process_logs_are_masked_too():
+    """Spark's Python workers configure no logging: Python's last-resort handler must mask as well."""
+    import subprocess
+    import sys
+
+    code = ("import logging\nfrom cdcflow.params import install_redactor\ninstall_redactor()\n"
+            "logging.getLogger('w').warning('open s3://b/p?secret-access-key=W0rkerS3cret')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "secret-access-key=***" in r.stderr and "W0rkerS3cret" not in r.stderr
