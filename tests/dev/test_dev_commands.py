@@ -43,6 +43,12 @@ def _wait_gone(pids, timeout=10):
     return _gone(pids)
 
 
+def _kill_leftovers(pids):
+    for pid in pids:
+        if not _gone([pid]):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_up_status_down(tmp_path):
     state = str(tmp_path / "dev")
     pids = []
@@ -79,9 +85,7 @@ def test_up_status_down(tmp_path):
         assert cdcflow("dev", "status", "--state", state).returncode == 1
         assert not os.path.exists(os.path.join(state, "services.json"))
     finally:
-        for pid in pids:
-            if not _gone([pid]):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(pids)
 
 
 def test_up_replaces_a_crashed_service(tmp_path):
@@ -104,9 +108,7 @@ def test_up_replaces_a_crashed_service(tmp_path):
         cdcflow("dev", "down", "--state", state, check_rc=0)
         assert _wait_gone(new_pids)
     finally:
-        for pid in pids:
-            if not _gone([pid]):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(pids)
 
 
 def test_down_without_state_is_harmless(tmp_path):
@@ -145,6 +147,4 @@ def test_registry_auth_password_stays_off_command_lines_and_state(tmp_path):
         cdcflow("dev", "down", "--state", state, check_rc=0)
         assert _wait_gone(pids)
     finally:
-        for pid in pids:
-            if not _gone([pid]):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(pids)
