@@ -20,7 +20,7 @@ from cdcflow.connectors.storage import schemafile
 from cdcflow.connectors.storage.source import StorageReadError, StorageRootError, _Cursor
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, from_record
 from cdcflow.convert.jsonform import loads_lines
-from cdcflow.schemas import default_store
+from cdcflow.schemas import SchemaStore, default_store
 from cdcflow.tidb import Column, TableSchema
 
 from storage_helpers import make_destination, make_source, read_all
@@ -273,7 +273,7 @@ def cdcflow_run(tmp_path: Path, settings: dict, *extra: str) -> tuple[subprocess
     proc = subprocess.run([sys.executable, "-m", "cdcflow.cli", "run", str(pipeline), "--until-idle",
                            "--state-dir", str(tmp_path / "state"), *extra], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
-    store = default_store()
+    store = SchemaStore(str(tmp_path / "state" / "schemas.sqlite"))  # the store the run's executors used
     events = [from_record(r, store) for r in loads_lines(out.read_bytes(), store)] if out.exists() else []
     return proc, events
 
@@ -281,9 +281,8 @@ def cdcflow_run(tmp_path: Path, settings: dict, *extra: str) -> tuple[subprocess
 @pytest.mark.slow
 def test_journey_ticdc_schema_files_and_database_ddl(tmp_path):
     # items 1 and 2: TiCDC-named schema files with numeric and '&<>' values, a database DDL first
-    lake = tmp_path / "lake"
-    shutil.copytree(DATA / "checksum", lake)
-    shutil.copytree(DATA / "database" / "schema1" / "meta", lake / "schema1" / "meta")
+    lake = _copy("database", tmp_path)
+    shutil.copytree(DATA / "checksum" / "test", lake / "test")
     proc, events = cdcflow_run(tmp_path, {"uri": str(lake)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     def of(schema):
@@ -291,7 +290,8 @@ def test_journey_ticdc_schema_files_and_database_ddl(tmp_path):
 
     schema1 = of("schema1")
     assert type(schema1[0]) is DDLEvent and schema1[0].query == "CREATE DATABASE `schema1`"
-    assert [ev.row["Id"] for ev in schema1[1:]] == [1, 2]
+    assert schema1[0].table_name == "" and schema1[1].query.startswith("CREATE TABLE")
+    assert [ev.row["Id"] for ev in schema1[2:]] == [1, 2]
     assert [ev.row for ev in of("test") if type(ev) is RowChange] == [{"col1": 5, "col2": "x&<y>"}]
 
 
