@@ -389,13 +389,14 @@ class StorageSource(Source):
         if self.partition_id is not None:
             base += f"/{self.partition_id}"
         ext = self.settings.extension
-        dirs, others = [("", base)], set()
-        for n, d in self.files.listdir(base):
+        entries = self.files.listdir(base)
+        dirs, others = [("", base, entries)], set()
+        for n, d in entries:
             if d and any(layout.is_date_dir(n, sep) for sep in layout.DATE_SEPARATORS):
-                dirs.append((n, f"{base}/{n}"))
+                dirs.append((n, f"{base}/{n}", None))
         out = []
-        for date, rel in sorted(dirs):
-            for name, is_dir in self.files.listdir(rel):
+        for date, rel, listing in sorted(dirs, key=lambda d: d[0]):
+            for name, is_dir in self.files.listdir(rel) if listing is None else listing:
                 parsed = layout.parse_data_file(name)
                 if parsed is None or is_dir:
                     continue
