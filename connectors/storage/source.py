@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import stat
 import time
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +26,7 @@ from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
 from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder, CsvJsonRows
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
-from cdcflow.errors import CdcflowError, RecordError
+from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
 from cdcflow.tidb import TableSchema
@@ -295,9 +296,12 @@ class StorageSource(Source):
         if self.settings.protocol == "memory" and not files.root:
             return False
         try:
-            return not (os.path.isdir(files.root) if files.local else files.fs.isdir(files.root))
-        except OSError as e:
-            raise StorageReadError(f"storage: cannot look at {files.full('')}: {e}") from None
+            return not (stat.S_ISDIR(os.stat(files.root).st_mode) if files.local else files.fs.isdir(files.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError as e:  # the store, not a record: the engine retries, then stops naming it
+            raise InfrastructureError(f"storage: cannot look at {files.root}: {e}", service="object-store"
+                                      if not files.local else "disk", endpoint=files.root) from None
 
     def partitions(self) -> Sequence[str]:
         files = self._store_files()

@@ -215,6 +215,14 @@ def test_missing_root_is_an_error_when_running_until_idle(tmp_path):
         src.partitions()
 
 
+def test_root_that_is_a_file_is_an_error_when_running_until_idle(tmp_path):
+    (tmp_path / "lake").write_text("not a directory")
+    src = make_source({"uri": str(tmp_path / "lake")})
+    src.until_idle = True
+    with pytest.raises(StorageRootError, match="does not exist"):
+        src.partitions()
+
+
 def test_missing_root_warns_while_streaming(tmp_path, caplog):
     src = make_source({"uri": str(tmp_path / "nope")})
     with caplog.at_level(logging.WARNING):
