@@ -3,9 +3,11 @@
 One partition per (schema, table[, partition id]): its versions are read in
 order, each with its own schema file (checksum verified), a DDL control record
 before the rows of a version whose schema file carries a statement, data files
-in index order. Positions are ``version|date|index|row`` (``row`` = 1-based
-row ordinal in the file; for canal-json that is the line) or ``version|ddl``,
-so a restart continues exactly after the last acknowledged record.
+in index order; the database's DDLs (its own schema files) where TiCDC's consumer
+runs them. Positions are ``version|date|index|row`` (``row`` = 1-based row ordinal
+in the file; for canal-json that is the line) or ``version|ddl``, the version as
+``version~db`` once a database DDL newer than it was returned, so a restart
+continues exactly after the last acknowledged record.
 
 A bad line (wrong column count, undecodable value) or a missing / mismatching
 schema file raises ``StorageReadError`` naming file and line: a source cannot
@@ -308,8 +310,8 @@ class StorageSource(Source):
         if self._root_missing(files):
             where = files.root
             if self.until_idle:
-                raise StorageRootError(f"storage source {self.id or 'storage'}: {where} does not exist "
-                                       "(check the uri; nothing to read)")
+                raise StorageRootError(f"storage source {self.id or 'storage'}: {where} does not exist or is not a "
+                                       "directory (check the uri; nothing to read)")
             log.warning("storage source %s: %s does not exist; waiting for it (tables that appear there are "
                         "read after a restart)", self.id or "storage", where)
         return discover_streams(files, self.settings, self.tables) or [""]
