@@ -262,8 +262,8 @@ def database_versions(files: FileStore, schema: str) -> dict[int, str]:
 
 
 def _partition_dirs(files: FileStore, settings: StorageSettings, version_dir: str) -> list[str]:
-    if not settings.partition_separator:
-        return []
+    """The partition directories present (whatever ``enable-partition-separator`` says: a writer
+    without it makes none); ``date-separator`` tells a four-digit partition id from a year."""
     out = []
     for name, is_dir in files.listdir(version_dir):
         if not is_dir or not name.isdigit() or name == layout.INDEX_DIR:

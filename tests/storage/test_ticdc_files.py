@@ -247,6 +247,20 @@ def test_date_layout_present_is_read_whatever_the_setting(tmp_path, written, rea
     assert [ev.row["Id"] for _, ev in got] == [1, 2]
 
 
+def test_partition_directories_present_are_read_whatever_the_setting(tmp_path):
+    lake = tmp_path / "lake"
+    for pid in ("61", "62"):
+        target = lake / "schema1" / "table1" / "100" / pid / "2023-05-09"
+        target.mkdir(parents=True)
+        shutil.copy(DATA / "checksum/schema1/table1/100/2023-05-09/CDC00000000000000000001.csv",
+                    target / "CDC000001.csv")
+    shutil.copytree(DATA / "checksum" / "schema1" / "table1" / "meta", lake / "schema1" / "table1" / "meta")
+    got = _events({"uri": str(lake), "enable-partition-separator": "false"})
+    assert [(p, ev.table.partition, ev.row["Id"]) for p, ev in got] == [
+        ("schema1/table1/61", 61, 1), ("schema1/table1/61", 61, 2), ("schema1/table1/62", 62, 1),
+        ("schema1/table1/62", 62, 2)]
+
+
 def test_protocol_mismatch_is_named(tmp_path):
     lake = _copy("checksum", tmp_path)
     with pytest.raises(StorageReadError, match=r"CDC00000000000000000001\.csv is a csv data file.*protocol: csv"):
