@@ -500,10 +500,11 @@ class StorageSource(Source):
     def read(self, max_records: int) -> "list[Record] | StorageBatch | None":
         if not self.schema:
             now = time.monotonic()
-            if now >= self._next_warning and self._root_missing(self.files):
+            if now >= self._next_warning:  # looked at (and said) once per interval
                 self._next_warning = now + ROOT_WARNING_INTERVAL
-                log.warning("storage source %s: %s does not exist; nothing to read", self.id or "storage",
-                            self.files.root)
+                if self._root_missing(self.files):
+                    log.warning("storage source %s: %s does not exist; nothing to read", self.id or "storage",
+                                self.files.root)
             return None if self.stop_at_checkpoint else []
         out: list[Record] = []
         slices: list = []  # lazy_batches: (chunk, start, end) of transcoded files, or Records

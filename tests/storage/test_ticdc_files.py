@@ -226,15 +226,20 @@ def test_root_that_is_a_file_is_an_error_when_running_until_idle(tmp_path):
         src.partitions()
 
 
-def test_missing_root_warns_while_streaming(tmp_path, caplog):
+def test_missing_root_warns_while_streaming(tmp_path, caplog, monkeypatch):
+    import cdcflow.connectors.storage.source as source_module
+
     src = make_source({"uri": str(tmp_path / "nope")})
     with caplog.at_level(logging.WARNING):
         assert list(src.partitions()) == [""]
         src.open(None, "")
         assert src.read(10) == []
         assert src.read(10) == []  # not again before the interval
+        later = source_module.time.monotonic() + source_module.ROOT_WARNING_INTERVAL + 1
+        monkeypatch.setattr(source_module.time, "monotonic", lambda: later)
+        assert src.read(10) == []  # and again after it
     said = [r.getMessage() for r in caplog.records if str(tmp_path / "nope") in r.getMessage()]
-    assert len(said) == 2 and "does not exist" in said[0]
+    assert len(said) == 3 and all("does not exist" in m for m in said)
 
 
 @pytest.mark.parametrize("written,read", [("none", "day"), ("day", "none"), ("month", "day"), ("day", "month")])
