@@ -82,6 +82,11 @@ DESTINATION_PARAMS: dict[str, Parameter] = {
 
 SOURCE_PARAMS: dict[str, Parameter] = {
     **COMMON_PARAMS,
+    "date-separator": _p("none, year, month or day (default day). The source reads the date directories "
+                         "present whatever this says; it tells a four-digit partition id from a year.",
+                         inclusion=DATE_SEPARATORS),
+    "enable-partition-separator": _p("Accepted for symmetry (default true); the source reads the partition "
+                                     "directories present whatever this says.", ParamType.BOOL),
     "stop-at-checkpoint": Parameter(ParamType.BOOL, "false", "Read only rows with commit-ts below the root "
                                     "metadata file's checkpoint-ts read at start (a consistent snapshot), then end."),
     "poll-interval": Parameter(ParamType.DURATION, "1s", "How often to look for new files once all are read."),

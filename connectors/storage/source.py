@@ -3,9 +3,11 @@
 One partition per (schema, table[, partition id]): its versions are read in
 order, each with its own schema file (checksum verified), a DDL control record
 before the rows of a version whose schema file carries a statement, data files
-in index order. Positions are ``version|date|index|row`` (``row`` = 1-based
-row ordinal in the file; for canal-json that is the line) or ``version|ddl``,
-so a restart continues exactly after the last acknowledged record.
+in index order; the database's DDLs (its own schema files) where TiCDC's consumer
+runs them. Positions are ``version|date|index|row`` (``row`` = 1-based row ordinal
+in the file; for canal-json that is the line) or ``version|ddl``, the version as
+``version~db`` once a database DDL newer than it was returned, so a restart
+continues exactly after the last acknowledged record.
 
 A bad line (wrong column count, undecodable value) or a missing / mismatching
 schema file raises ``StorageReadError`` naming file and line: a source cannot
@@ -15,6 +17,9 @@ nack, and skipping would lose rows silently. See docs/connector-storage.md.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import stat
 import time
 from typing import Any, Mapping, Sequence
 
@@ -23,7 +28,7 @@ from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
 from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder, CsvJsonRows
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
-from cdcflow.errors import CdcflowError, RecordError
+from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
 from cdcflow.tidb import TableSchema
@@ -37,25 +42,35 @@ class StorageReadError(RecordError):
     """A data or schema file cannot be read; names the file and line."""
 
 
+class StorageRootError(CdcflowError):
+    """The ``uri`` names a directory (bucket, prefix) that does not exist."""
+
+
+#: seconds between the warnings that the root does not exist (while streaming)
+ROOT_WARNING_INTERVAL = 60.0
+log = logging.getLogger("cdcflow.connectors.storage.source")
+
+
 class _Chunk:
     """The decoded rows of one data file (or one DDL) not yet returned.
 
     ``rows`` is either a list of events (DDL, canal-json, CSV rows read row-wise) or a
     ``CsvColumns`` (a CSV file read column-wise); records are made per ``read`` batch."""
 
-    __slots__ = ("at", "rows", "next", "_position")
+    __slots__ = ("at", "rows", "next", "ddl", "_position")
 
-    def __init__(self, at: "_Cursor", rows, first: int):
+    def __init__(self, at: "_Cursor", rows, first: int, ddl: bool = False):
         self.at = at
         self.rows = rows
         self.next = first  # index of the next row to return (= rows already read)
-        self._position = f"{at.version}|{at.date}|{at.index}|".encode()  # + the row number
+        self.ddl = ddl  # one DDL (table or database), positioned at ``at``
+        self._position = at.prefix()  # + the row number
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def records(self, start: int, end: int, store) -> list[Record]:
-        if self.at.kind == 0:
+        if self.ddl:
             return to_records(self.rows[start:end], [self.at.encode()], store)
         if type(self.rows) is CsvColumns or type(self.rows) is _TranscodedFile:
             return self.rows.numbered_records(self._position, store, start, end)
@@ -76,7 +91,7 @@ class _Chunk:
             del self.rows[end:]
 
     def cursor_at(self, end: int) -> "_Cursor":
-        return self.at if self.at.kind == 0 else dataclasses.replace(self.at, row=end)
+        return self.at if self.ddl else dataclasses.replace(self.at, row=end)
 
     def positions(self, start: int, end: int) -> list[bytes]:
         """The positions of data rows ``[start, end)`` (what ``records`` puts in them)."""
@@ -177,30 +192,49 @@ class _Cursor:
     date: str = ""
     index: int = 0
     row: int = 0
+    #: newest database DDL (database schema file version) returned; below ``version`` it is
+    #: ``version``: every database DDL up to a table version comes before that version
+    db: int = dataclasses.field(default=-1, compare=False)
+
+    @property
+    def db_done(self) -> int:
+        return max(self.db, self.version)
+
+    def _version_field(self) -> str:
+        return f"{self.version}~{self.db}" if self.db > self.version else str(self.version)
+
+    def prefix(self) -> bytes:
+        """The position of a data row without its row number."""
+        return f"{self._version_field()}|{self.date}|{self.index}|".encode()
 
     def encode(self) -> bytes:
         if self.kind == 0:
-            return f"{self.version}|ddl".encode()
-        return f"{self.version}|{self.date}|{self.index}|{self.row}".encode()
+            return f"{self._version_field()}|ddl".encode()
+        return self.prefix() + str(self.row).encode()
 
     @classmethod
     def decode(cls, position: bytes) -> "_Cursor":
         try:
             parts = position.decode("ascii").split("|")
+            version, _, db = parts[0].partition("~")
+            v, d = int(version), int(db) if db else -1
             if len(parts) == 2 and parts[1] == "ddl":
-                return cls(int(parts[0]), 0)
-            v, date, index, row = parts
-            return cls(int(v), 1, date, int(index), int(row))
+                return cls(v, 0, db=d)
+            _, date, index, row = parts
+            return cls(v, 1, date, int(index), int(row), db=d)
         except (UnicodeDecodeError, ValueError):
-            raise CdcflowError(f"storage source: position {position!r} is not version|date|index|row") from None
+            raise CdcflowError(f"storage source: position {position!r} is not version[~db]|date|index|row") \
+                from None
 
 
 def discover_streams(files: FileStore, settings: StorageSettings, tables: set[str] | None = None) -> list[str]:
-    """Partition ids ``schema/table`` or ``schema/table/partition`` of everything under the root."""
+    """Partition ids ``schema/table`` or ``schema/table/partition`` of everything under the root,
+    and ``schema`` for a database with schema files but no table yet (its DDLs)."""
     out = []
     for schema, is_dir in sorted(files.listdir("")):
         if not is_dir or schema == layout.INDEX_DIR:
             continue
+        first = len(out)
         for table, tdir in sorted(files.listdir(schema)):
             if not tdir or table == layout.INDEX_DIR or (tables and f"{schema}.{table}" not in tables):
                 continue
@@ -212,12 +246,24 @@ def discover_streams(files: FileStore, settings: StorageSettings, tables: set[st
                 out += [f"{schema}/{table}/{p}" for p in sorted(pids, key=int)]
             else:
                 out.append(f"{schema}/{table}")
+        if len(out) == first and not tables and database_versions(files, schema):
+            out.append(schema)
+    return out
+
+
+def database_versions(files: FileStore, schema: str) -> dict[int, str]:
+    """Version -> file name of the database schema files of ``schema``."""
+    out: dict[int, str] = {}
+    for name, is_dir in files.listdir(layout.database_schema_dir(schema)):
+        parsed = schemafile.parse_name(name)
+        if parsed is not None and not is_dir:
+            out[parsed[0]] = max(name, out.get(parsed[0], ""))
     return out
 
 
 def _partition_dirs(files: FileStore, settings: StorageSettings, version_dir: str) -> list[str]:
-    if not settings.partition_separator:
-        return []
+    """The partition directories present (whatever ``enable-partition-separator`` says: a writer
+    without it makes none); ``date-separator`` tells a four-digit partition id from a year."""
     out = []
     for name, is_dir in files.listdir(version_dir):
         if not is_dir or not name.isdigit() or name == layout.INDEX_DIR:
@@ -248,8 +294,27 @@ class StorageSource(Source):
             self._files = FileStore(s.open_filesystem(), s.root, s.protocol == "file")
         return self._files
 
+    def _root_missing(self, files: FileStore) -> bool:
+        if self.settings.protocol == "memory" and not files.root:
+            return False
+        try:
+            return not (stat.S_ISDIR(os.stat(files.root).st_mode) if files.local else files.fs.isdir(files.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError as e:  # the store, not a record: the engine retries, then stops naming it
+            raise InfrastructureError(f"storage: cannot look at {files.root}: {e}", service="object-store"
+                                      if not files.local else "disk", endpoint=files.root) from None
+
     def partitions(self) -> Sequence[str]:
-        return discover_streams(self._store_files(), self.settings, self.tables) or [""]
+        files = self._store_files()
+        if self._root_missing(files):
+            where = files.root
+            if self.until_idle:
+                raise StorageRootError(f"storage source {self.id or 'storage'}: {where} does not exist or is not a "
+                                       "directory (check the uri; nothing to read)")
+            log.warning("storage source %s: %s does not exist; waiting for it (tables that appear there are "
+                        "read after a restart)", self.id or "storage", where)
+        return discover_streams(files, self.settings, self.tables) or [""]
 
     def open(self, position: bytes | None, partition: str = "") -> None:
         from cdcflow.schemas import default_store
@@ -257,13 +322,14 @@ class StorageSource(Source):
         self._schema_store = default_store()
         self.files = self._store_files()
         parts = partition.split("/") if partition else []
-        self.schema, self.table = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+        self.schema, self.table = (parts[0], parts[1]) if len(parts) >= 2 else (parts[0] if parts else "", "")
         self.partition_id = parts[2] if len(parts) == 3 else None
         self.cursor = _Cursor.decode(position) if position else _Cursor(-1, 1)
         self._last = position or None
         self._chunk: _Chunk | None = None  # decoded, not yet returned
         self._schema_files: dict[int, schemafile.SchemaFile] = {}
         self._next_scan = 0.0
+        self._next_warning = 0.0  # when to say again that the root does not exist
         self._caught_up = False  # the last scan found nothing after the cursor
         self._done = False
         self._read_rows: dict[tuple, int] = {}  # rows of the file being read
@@ -281,64 +347,108 @@ class StorageSource(Source):
                 versions.add(parsed[0])
         return sorted(versions)
 
+    def _read_schema_file(self, path: str) -> schemafile.SchemaFile:
+        try:
+            return schemafile.parse(self.files.full(path), self.files.read(path) or b"")
+        except schemafile.SchemaFileError as e:
+            raise StorageReadError(str(e)) from None
+
     def _schema_file(self, version: int) -> schemafile.SchemaFile:
         hit = self._schema_files.get(version)
         if hit is not None:
             return hit
         sdir = layout.table_schema_dir(self.schema, self.table)
         names = [n for n, _ in self.files.listdir(sdir) if (p := schemafile.parse_name(n)) and p[0] == version]
-        if not names:
-            raise StorageReadError(f"storage: no schema file schema_{version}_*.json in "
-                                   f"{self.files.full(sdir)} for table version {version}")
-        path = f"{sdir}/{sorted(names)[-1]}"
-        try:
-            sf = schemafile.parse(self.files.full(path), self.files.read(path) or b"")
-        except schemafile.SchemaFileError as e:
-            raise StorageReadError(str(e)) from None
+        # the layout of TiCDC v6.5.0-7.0: the version directory holds schema.json
+        legacy = f"{self.schema}/{self.table}/{version}/{schemafile.LEGACY_SCHEMA_FILE}"
+        if names:
+            path = f"{sdir}/{sorted(names)[-1]}"
+        elif self.files.exists(legacy):
+            path = legacy
+        else:
+            raise StorageReadError(f"storage: no schema file schema_{version}_*.json in {self.files.full(sdir)} "
+                                   f"(nor {self.files.full(legacy)}) for table version {version}")
+        sf = self._read_schema_file(path)
         if sf.table is None or sf.schema != self.schema or sf.table_name != self.table:
             raise StorageReadError(f"storage: {self.files.full(path)} describes {sf.schema}.{sf.table_name}, "
                                    f"not {self.schema}.{self.table}")
-        table = sf.table
+        table = dataclasses.replace(sf.table, version=version)
         if self.partition_id is not None:
             table = dataclasses.replace(table, partition=int(self.partition_id))
-        sf = dataclasses.replace(sf, table=table)
+        sf = dataclasses.replace(sf, table_version=version, table=table)
         self._schema_files[version] = sf
         return sf
 
+    def _database_ddl(self, version: int, name: str) -> DDLEvent:
+        """The DDL of a database schema file (``{schema}/meta/schema_{version}_{crc}.json``)."""
+        sf = self._read_schema_file(f"{layout.database_schema_dir(self.schema)}/{name}")
+        if sf.table is not None or sf.schema != self.schema:
+            raise StorageReadError(f"storage: {self.files.full(layout.database_schema_dir(self.schema))}/{name} "
+                                   f"describes {sf.schema}.{sf.table_name}, not the database {self.schema}")
+        return DDLEvent(self.schema, "", sf.query, version, sf.ddl_type or None)
+
     def _data_files(self, version: int) -> list[tuple[str, int, str]]:
-        """(date, index, relative path) of a version's data files, in reading order."""
+        """(date, index, relative path) of a version's data files, in reading order. The date
+        directories present are read whatever ``date-separator`` says (none: files in the
+        version or partition directory; year, month or day directories)."""
         base = f"{self.schema}/{self.table}/{version}"
         if self.partition_id is not None:
             base += f"/{self.partition_id}"
         ext = self.settings.extension
-        dirs = [("", base)]
-        if self.settings.date_separator != "none":
-            dirs = sorted((n, f"{base}/{n}") for n, d in self.files.listdir(base)
-                          if d and layout.is_date_dir(n, self.settings.date_separator))
+        entries = self.files.listdir(base)
+        dirs, others = [("", base, entries)], set()
+        for n, d in entries:
+            if d and any(layout.is_date_dir(n, sep) for sep in layout.DATE_SEPARATORS):
+                dirs.append((n, f"{base}/{n}", None))
         out = []
-        for date, rel in dirs:
-            for name, is_dir in self.files.listdir(rel):
+        for date, rel, listing in sorted(dirs, key=lambda d: d[0]):
+            for name, is_dir in self.files.listdir(rel) if listing is None else listing:
                 parsed = layout.parse_data_file(name)
-                if parsed is not None and not is_dir and parsed[1] == ext:
+                if parsed is None or is_dir:
+                    continue
+                if parsed[1] == ext:
                     out.append((date, parsed[0], f"{rel}/{name}"))
+                else:
+                    others.add(self.files.full(f"{rel}/{name}"))
+        if others and not out:
+            theirs = next(f for f, e in layout.EXTENSIONS.items() if e != ext)
+            raise StorageReadError(f"storage: {sorted(others)[0]} is a {theirs} data file but the source reads "
+                                   f"protocol {self.settings.format} (set protocol: {theirs})")
         out.sort()
         return out
 
     def _scan(self) -> bool:
-        """Queue the next file's (or DDL's) records after the cursor; False when nothing new exists."""
+        """Queue the next file's (or DDL's) records after the cursor; False when nothing new exists.
+
+        A database DDL comes before the first table version at or after its version (as TiCDC's
+        consumer orders them); one newer than every table version comes after the files read."""
         c = self.cursor
+        dbs = database_versions(self.files, self.schema)
+        pending = sorted(v for v in dbs if v > c.db_done
+                         and (self.checkpoint is None or v < self.checkpoint))
+
+        def database_ddl() -> bool:
+            v = pending[0]
+            at = dataclasses.replace(c, db=v)
+            self._chunk = _Chunk(at, [self._database_ddl(v, dbs[v])], 0, ddl=True)
+            return True
+
+        if not self.table:
+            return database_ddl() if pending else False
         for version in self._versions():
             if version < c.version:
                 continue
             if self.checkpoint is not None and version >= self.checkpoint:
                 break
+            if version > c.version and pending and pending[0] <= version:
+                return database_ddl()
             sf = self._schema_file(version)
             if version > c.version and sf.query:
                 ev = DDLEvent(self.schema, self.table, sf.query, version, sf.ddl_type or None, sf.table)
-                self._chunk = _Chunk(_Cursor(version, 0), [ev], 0)
+                self._chunk = _Chunk(_Cursor(version, 0, db=c.db), [ev], 0, ddl=True)
                 return True
             for date, index, rel in self._data_files(version):
-                at = _Cursor(version, 1, date, index, 0)
+                at = _Cursor(version, 1, date, index, 0, db=c.db)
                 if (version, 1, date, index) < (c.version, c.kind, c.date, c.index):
                     continue
                 key = (version, date, index)
@@ -351,7 +461,7 @@ class StorageSource(Source):
                     continue
                 self._chunk = _Chunk(at, rows, skip)
                 return True
-        return False
+        return database_ddl() if pending else False
 
     def _decode(self, rel: str, table: TableSchema) -> "list | CsvColumns":
         data = self.files.read(rel) or b""
@@ -389,6 +499,12 @@ class StorageSource(Source):
     # ------------------------------------------------------------------ read
     def read(self, max_records: int) -> "list[Record] | StorageBatch | None":
         if not self.schema:
+            now = time.monotonic()
+            if now >= self._next_warning:  # looked at (and said) once per interval
+                self._next_warning = now + ROOT_WARNING_INTERVAL
+                if self._root_missing(self.files):
+                    log.warning("storage source %s: %s does not exist; nothing to read", self.id or "storage",
+                                self.files.root)
             return None if self.stop_at_checkpoint else []
         out: list[Record] = []
         slices: list = []  # lazy_batches: (chunk, start, end) of transcoded files, or Records
@@ -455,4 +571,4 @@ class StorageSource(Source):
         return self._last
 
 
-__all__ = ["StorageSource", "StorageReadError", "discover_streams"]
+__all__ = ["StorageSource", "StorageReadError", "StorageRootError", "discover_streams"]

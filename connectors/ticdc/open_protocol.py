@@ -98,8 +98,11 @@ _CODE_TYPES: dict[int, tuple[str, str]] = {
     246: ("DECIMAL", "DECIMAL"), 247: ("ENUM", "ENUM"), 248: ("SET", "SET"),
     249: ("TINYTEXT", "TINYBLOB"), 250: ("MEDIUMTEXT", "MEDIUMBLOB"),
     251: ("LONGTEXT", "LONGBLOB"), 252: ("TEXT", "BLOB"), 253: ("VARCHAR", "VARBINARY"),
-    254: ("CHAR", "BINARY"),
+    254: ("CHAR", "BINARY"), 14: ("DATE", "DATE"),  # 14: MySQL's NEWDATE, a date
 }
+# Type codes TiCDC does not write but its consumer passes through with their JSON value (any
+# byte): columns named after the MySQL type, values kept as their JSON text (strings as they are).
+_PASS_THROUGH_TYPES = {6: "NULL", 225: "VECTOR", 255: "GEOMETRY"}
 _INT_CODES = frozenset({1, 2, 3, 8, 9})
 _BLOB_CODES = frozenset({249, 250, 251, 252})
 _STRING_CODES = frozenset({15, 253, 254})
@@ -279,9 +282,17 @@ def column_flags(column: Column) -> int:
     return f
 
 
+def _code_types(code: int) -> tuple[str, str]:
+    hit = _CODE_TYPES.get(code)
+    if hit is None:
+        name = _PASS_THROUGH_TYPES.get(code) or f"MYSQL_TYPE_{code}"
+        return name, name
+    return hit
+
+
 def column_from_wire(name: str, code: int, flags: int, handle: bool = False) -> Column:
     """Fill the column model as far as a type code and flags carry it."""
-    text_type, binary_type = _CODE_TYPES[code]
+    text_type, binary_type = _code_types(code)
     binary = bool(flags & FLAG_BINARY) and text_type != binary_type
     return Column(
         name=name,
@@ -348,7 +359,7 @@ def _wire_to_native(code: int, flags: int, hint: Column | None) -> Callable[[Any
                 raise ValueError("not a finite decimal")
             return d
         return conv_decimal
-    if code == 10:
+    if code == 10 or code == 14:
         return _text_then(parse_date)
     if code == 7 or code == 12:
         return _text_then(parse_datetime)
@@ -388,7 +399,7 @@ def _wire_to_native(code: int, flags: int, hint: Column | None) -> Callable[[Any
         if flags & FLAG_BINARY:
             return _go_bytes
         return _expect_str
-    raise KeyError(code)
+    return _json_text
 
 
 def _text_then(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
@@ -403,6 +414,11 @@ def _expect_str(v):
     if type(v) is not str:
         raise ValueError("not a string")
     return v
+
+
+def _json_text(v):
+    """A value of a type code TiCDC passes through: a string as it is, anything else its JSON text."""
+    return v if type(v) is str else orjson.dumps(v).decode()
 
 
 def _uint_text(v):
@@ -656,9 +672,9 @@ class OpenProtocolDecoder:
             if type(code) is not int or type(flags) is not int:
                 raise MalformedMessage(CODEC, f"value byte {vstart}",
                                        f"column {name!r}: 't' and 'f' must be integers")
-            if code not in _CODE_TYPES:
+            if not 0 <= code <= 255:  # TiCDC's column type is one byte
                 raise UnknownTypeCode(CODEC, f"value byte {vstart}, column {name}",
-                                      f"unknown MySQL type code {code} ({scm}.{tbl})")
+                                      f"MySQL type code {code} is not a byte ({scm}.{tbl})")
             hint_col = None
             if hint is not None and name in hint.index:
                 hint_col = hint.column(name)
@@ -749,7 +765,7 @@ def _hint_fits(hint: TableSchema, wire: TableSchema, ptn) -> bool:
         if col.name not in hint.index:
             return False
         h = hint.column(col.name)
-        if TYPE_CODES.get(h.type) != TYPE_CODES[col.type] and not (
+        if TYPE_CODES.get(h.type) != TYPE_CODES.get(col.type, -1) and not (
                 col.type == "VARCHAR" and h.type in ("VARCHAR", "VARBINARY")):
             return False
     return True

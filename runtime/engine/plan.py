@@ -47,7 +47,7 @@ class RunContext:
         return str(self.state.schema_store_path)
 
 
-def plan_partitions(pipelines: list[PipelineConfig], registry) -> list[PartitionTask]:
+def plan_partitions(pipelines: list[PipelineConfig], registry, until_idle: bool = False) -> list[PartitionTask]:
     """Configure each source once on the driver and ask for its partition ids.
 
     The instance is torn down again: the partitions are opened by the tasks.
@@ -59,6 +59,7 @@ def plan_partitions(pipelines: list[PipelineConfig], registry) -> list[Partition
             settings = info.validate("source", src_cfg.settings, plugin_id=src_cfg.id)
             source = info.new_source()
             source.id = src_cfg.id
+            source.until_idle = until_idle
             try:
                 source.configure(settings)
                 partitions = list(source.partitions())

@@ -136,7 +136,7 @@ def run_files(
         try:
             ship_plugins(session, state)
             try:
-                tasks = plan_partitions(selected, registry)
+                tasks = plan_partitions(selected, registry, until_idle)
             except (ConfigError, PluginNotFoundError) as e:
                 return RunOutcome(EXIT_INVALID, problems=[REDACTOR.redact(str(e))], state_dir=state.root)
             except CdcflowError as e:

@@ -97,6 +97,22 @@ def test_decodes_ddl_and_resolved_messages():
     assert resolved == [ResolvedEvent(99)]
 
 
+def test_type_codes_ticdc_passes_through_are_decoded_with_exact_values():
+    # TiCDC's decoder (pkg/sink/codec/internal/column.go, ToRowChangeColumn / FormatColumn) keeps any
+    # type code and its JSON value; e.g. 6 NULL, 14 NEWDATE, 225 vector, 255 geometry
+    image = {"id": {"t": 3, "h": True, "f": 11, "v": 1}, "n": {"t": 6, "f": 64, "v": None},
+             "d": {"t": 14, "f": 64, "v": "2024-02-29"}, "vec": {"t": 225, "f": 64, "v": "[1,2.5]"},
+             "g": {"t": 255, "f": 65, "v": "POINT(1 2)"}, "x": {"t": 0, "f": 64, "v": 18446744073709551615}}
+    key = frame_key(j({"ts": 7, "scm": "s", "tbl": "t", "t": 1}))
+    dec = op.OpenProtocolDecoder()
+    for _ in range(2):  # the second message goes through the compiled decoder when it is built
+        [ev] = dec.decode(key, frame_value(j({"u": image})))
+        assert ev.row == {"id": 1, "n": None, "d": dt.date(2024, 2, 29), "vec": "[1,2.5]", "g": "POINT(1 2)",
+                          "x": "18446744073709551615"}
+        assert [c.type for c in ev.table.columns] == ["INT", "NULL", "DATE", "VECTOR", "GEOMETRY", "MYSQL_TYPE_0"]
+        to_record(ev, b"p")  # and it makes a record
+
+
 def test_key_extras_surface_as_ticdc_metadata_and_encode_back():
     key = j({"ts": 1, "scm": "s", "tbl": "t", "rid": 42, "ptn": 7, "t": 1, "ohk": True, "ccl": "s3://b/k"})
     value = j({"u": {"id": {"t": 3, "h": True, "f": 2, "v": 1}}})
