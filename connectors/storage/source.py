@@ -285,6 +285,38 @@ class StorageSource(Source):
         hit = self._schema_files.get(version)
         if hit is not None:
             return hit
+        sf = self._read_schema_file(version)
+        table = self._elements_carried(sf.table, version)
+        if self.partition_id is not None:
+            table = dataclasses.replace(table, partition=int(self.partition_id))
+        sf = dataclasses.replace(sf, table=table)
+        self._schema_files[version] = sf
+        return sf
+
+    def _elements_carried(self, table: TableSchema, version: int) -> TableSchema:
+        """ENUM/SET members for columns this version's DDL does not define: a column a DDL leaves
+        alone keeps its definition, so an earlier version's members (from its DDL) still hold
+        while the column keeps its name and type."""
+        missing = {c.name: c.type for c in table.columns if c.type in ("ENUM", "SET") and not c.elements}
+        found: dict[str, tuple[str, ...]] = {}
+        for earlier in reversed([v for v in self._versions() if v < version]):
+            if not missing:
+                break
+            hit = self._schema_files.get(earlier)
+            prev = hit.table if hit is not None else self._read_schema_file(earlier).table
+            for name, ctype in list(missing.items()):
+                col = prev.columns[prev.index[name]] if name in prev.index else None
+                if col is None or col.type != ctype:
+                    del missing[name]  # defined anew (or absent) there: nothing older applies
+                elif col.elements:
+                    found[name] = col.elements
+                    del missing[name]
+        if not found:
+            return table
+        return dataclasses.replace(table, index={}, columns=tuple(
+            dataclasses.replace(c, elements=found[c.name]) if c.name in found else c for c in table.columns))
+
+    def _read_schema_file(self, version: int) -> schemafile.SchemaFile:
         sdir = layout.table_schema_dir(self.schema, self.table)
         names = [n for n, _ in self.files.listdir(sdir) if (p := schemafile.parse_name(n)) and p[0] == version]
         if not names:
@@ -298,11 +330,6 @@ class StorageSource(Source):
         if sf.table is None or sf.schema != self.schema or sf.table_name != self.table:
             raise StorageReadError(f"storage: {self.files.full(path)} describes {sf.schema}.{sf.table_name}, "
                                    f"not {self.schema}.{self.table}")
-        table = sf.table
-        if self.partition_id is not None:
-            table = dataclasses.replace(table, partition=int(self.partition_id))
-        sf = dataclasses.replace(sf, table=table)
-        self._schema_files[version] = sf
         return sf
 
     def _data_files(self, version: int) -> list[tuple[str, int, str]]:
