@@ -199,10 +199,7 @@ def parse(path: str, data: bytes, verify: bool = True) -> SchemaFile:
     if verify and crc != parsed[1]:
         raise SchemaFileError(path, f"checksum in the name ({parsed[1]}) does not match the content ({crc}); "
                                     "the file was changed or is not TiCDC's")
-    query = str(obj.get("Query") or "")
-    if table is not None and query:
-        table = with_ddl_elements(table, query)
-    return SchemaFile(schema, table_name, version, query, ddl_type, table, crc)
+    return SchemaFile(schema, table_name, version, str(obj.get("Query") or ""), ddl_type, table, crc)
 
 
 def with_ddl_elements(table: TableSchema, query: str) -> TableSchema:

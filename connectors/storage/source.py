@@ -285,38 +285,6 @@ class StorageSource(Source):
         hit = self._schema_files.get(version)
         if hit is not None:
             return hit
-        sf = self._read_schema_file(version)
-        table = self._elements_carried(sf.table, version)
-        if self.partition_id is not None:
-            table = dataclasses.replace(table, partition=int(self.partition_id))
-        sf = dataclasses.replace(sf, table=table)
-        self._schema_files[version] = sf
-        return sf
-
-    def _elements_carried(self, table: TableSchema, version: int) -> TableSchema:
-        """ENUM/SET members for columns this version's DDL does not define: a column a DDL leaves
-        alone keeps its definition, so an earlier version's members (from its DDL) still hold
-        while the column keeps its name and type."""
-        missing = {c.name: c.type for c in table.columns if c.type in ("ENUM", "SET") and not c.elements}
-        found: dict[str, tuple[str, ...]] = {}
-        for earlier in reversed([v for v in self._versions() if v < version]):
-            if not missing:
-                break
-            hit = self._schema_files.get(earlier)
-            prev = hit.table if hit is not None else self._read_schema_file(earlier).table
-            for name, ctype in list(missing.items()):
-                col = prev.columns[prev.index[name]] if name in prev.index else None
-                if col is None or col.type != ctype:
-                    del missing[name]  # defined anew (or absent) there: nothing older applies
-                elif col.elements:
-                    found[name] = col.elements
-                    del missing[name]
-        if not found:
-            return table
-        return dataclasses.replace(table, index={}, columns=tuple(
-            dataclasses.replace(c, elements=found[c.name]) if c.name in found else c for c in table.columns))
-
-    def _read_schema_file(self, version: int) -> schemafile.SchemaFile:
         sdir = layout.table_schema_dir(self.schema, self.table)
         names = [n for n, _ in self.files.listdir(sdir) if (p := schemafile.parse_name(n)) and p[0] == version]
         if not names:
@@ -330,7 +298,34 @@ class StorageSource(Source):
         if sf.table is None or sf.schema != self.schema or sf.table_name != self.table:
             raise StorageReadError(f"storage: {self.files.full(path)} describes {sf.schema}.{sf.table_name}, "
                                    f"not {self.schema}.{self.table}")
+        table = self._elements_carried(schemafile.with_ddl_elements(sf.table, sf.query), version)
+        if self.partition_id is not None:
+            table = dataclasses.replace(table, partition=int(self.partition_id))
+        sf = dataclasses.replace(sf, table=table)
+        self._schema_files[version] = sf
         return sf
+
+    def _elements_carried(self, table: TableSchema, version: int) -> TableSchema:
+        """ENUM/SET members for columns this version's DDL does not define: a column a DDL leaves
+        alone keeps its definition, so the previous version's members (from its DDL, or carried
+        further) still hold while the column keeps its name and type."""
+        missing = [c for c in table.columns if c.type in ("ENUM", "SET") and not c.elements]
+        earlier = [v for v in self._versions() if v < version] if missing else []
+        if not earlier:
+            return table
+        try:
+            for v in earlier:  # oldest first: each finds its predecessor done (no deep recursion)
+                if v not in self._schema_files:
+                    self._schema_file(v)
+        except StorageReadError:
+            return table  # an unreadable older version is reported when it is read
+        prev = self._schema_files[earlier[-1]].table
+        found = {c.name: prev.columns[prev.index[c.name]].elements for c in missing if c.name in prev.index
+                 and prev.columns[prev.index[c.name]].type == c.type}
+        if not any(found.values()):
+            return table
+        return dataclasses.replace(table, index={}, columns=tuple(
+            dataclasses.replace(c, elements=found[c.name]) if found.get(c.name) else c for c in table.columns))
 
     def _data_files(self, version: int) -> list[tuple[str, int, str]]:
         """(date, index, relative path) of a version's data files, in reading order."""

@@ -61,7 +61,8 @@ def _codec(fmt, registry):
 def _through_schema_file(table: TableSchema, query: str) -> TableSchema:
     """What a reader knows of ``table`` from its storage schema file (with ``query`` as Query)."""
     name, data = schemafile.render(table.schema, table, 100, query, 3 if query else 0)
-    return schemafile.parse(name, data).table
+    sf = schemafile.parse(name, data)
+    return schemafile.with_ddl_elements(sf.table, sf.query)  # as the storage source reads it
 
 
 def _hop(fmt, events, registry):
