@@ -78,3 +78,28 @@ def test_run_refuses_with_the_same_file_line_errors(tmp_path):
     val = subprocess.run(cmd + ["validate", path], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert val.returncode == 2
     assert [ln for ln in val.stderr.splitlines() if ln.startswith(path)] == lines
+
+
+def test_kafka_uri_query_typo_at_the_uri_line(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text(textwrap.dedent("""\
+        version: "2.2"
+        pipelines:
+          - id: p
+            connectors:
+              - id: gen
+                type: source
+                plugin: builtin:generator
+                settings:
+                  format.options.id: int
+              - id: bus
+                type: destination
+                plugin: builtin:kafka
+                settings:
+                  partition: table
+                  uri: kafka://127.0.0.1:1/t?protocol=canal-json&enable-tidb-extention=true
+        """), encoding="utf-8")
+    got = [str(p) for p in validate_files([str(path)], env={}).problems]
+    assert len(got) == 1, got
+    assert got[0].startswith(f"{path}:15: pipeline 'p': connector 'bus': parameter 'uri': unknown URI parameter "
+                             "'enable-tidb-extention' (did you mean 'enable-tidb-extension'?)"), got
