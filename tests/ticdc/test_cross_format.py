@@ -241,7 +241,8 @@ def test_fsp_unknown_writes_the_values_own_fraction():
 
 def test_avro_delete_is_the_key_alone(registry):
     """A tombstone carries the key schema only: the deleted row is its key, the
-    table its key columns, the commit ts unknown (0). CSV then writes a row of the
+    table its key columns, the commit ts unknown (0) to a decoder that has read no
+    commit ts before it (see test_avro.py). CSV then writes a row of the
     key columns; a CSV row missing a column of its table is refused."""
     table = _op_table(Column("v", "VARCHAR", length=5))
     avro = convert.codec_for(convert.AVRO, OPTIONS[convert.AVRO], registry=registry)
