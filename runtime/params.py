@@ -8,6 +8,7 @@ that prefix (pass-through client properties such as ``kafka.*``).
 
 from __future__ import annotations
 
+import difflib
 import enum
 import logging
 import re
@@ -96,6 +97,13 @@ def option_bool(plugin: str, name: str, value: Any) -> bool:
     raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid bool (expected true or false)")
 
 
+def did_you_mean(name: str, known) -> str:
+    """`` (did you mean 'x'?)`` for a near miss among ``known`` names (difflib), else ``''``:
+    the one hint every unknown-name message (settings, URI query parameters) gives."""
+    close = difflib.get_close_matches(name, [k for k in known if not k.endswith(".*")], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _convert(ptype: ParamType, raw: str) -> Any:
     if ptype is ParamType.INT:
         return int(raw.strip())
@@ -158,7 +166,8 @@ def problems(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, 
     for key in sorted(settings):
         if _match_spec(spec, key) is None:
             known = ", ".join(sorted(spec)) or "none"
-            errs.append(ConfigError(plugin, key, "unknown", f"unrecognized parameter (known: {known})"))
+            errs.append(ConfigError(plugin, key, "unknown",
+                                    f"unrecognized parameter{did_you_mean(key, spec)} (known: {known})"))
     for name in sorted(spec):
         p = spec[name]
         if name.endswith(".*"):

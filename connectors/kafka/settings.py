@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from confluent_kafka import KafkaException
 
 from cdcflow.errors import ConfigError
-from cdcflow.params import Parameter, ParamType, option_bool
+from cdcflow.params import Parameter, ParamType, did_you_mean, option_bool
 
 PLUGIN = "kafka"
 T = TypeVar("T")
@@ -194,8 +194,9 @@ def parse_uri(uri: str, plugin: str = PLUGIN) -> tuple[str, str, dict[str, str]]
         elif name in _URI_CLIENT_RULES:
             rules[name] = value
         elif name not in _URI_IGNORED:
-            known = ", ".join(sorted((*_URI_OPTIONS, *_URI_CLIENT, *_URI_CLIENT_RULES, *_URI_IGNORED)))
-            raise ConfigError(plugin, "uri", "query", f"unknown URI parameter {name!r} (known: {known})")
+            names = (*_URI_OPTIONS, *_URI_CLIENT, *_URI_CLIENT_RULES, *_URI_IGNORED)
+            raise ConfigError(plugin, "uri", "query", f"unknown URI parameter {name!r}{did_you_mean(name, names)} "
+                              f"(known: {', '.join(sorted(names))})")
     _client_security(opts, rules, parts.scheme == "kafka+ssl", plugin)
     return servers, topic, opts
 

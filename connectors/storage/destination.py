@@ -5,7 +5,9 @@ per data directory touched, more when ``file-size`` is exceeded), so a record is
 acknowledged only once the file holding it is in storage; ``flush-interval`` is
 therefore always met. Table versions: a DDL control record starts a new version
 (its commit ts); a row whose table columns differ from the current version's
-also starts one (TiCDC would have seen the DDL). See docs/connector-storage.md.
+also starts one (TiCDC would have seen the DDL), except a delete that carries
+only the handle key (Avro), which is written into the current version with its
+other columns NULL. See docs/connector-storage.md.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder
 from cdcflow.connectors.ticdc.csv import encode_table_rows
 from cdcflow.connectors.ticdc.errors import CodecError
-from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, TableRows, from_record, records_to_rows
+from cdcflow.connectors.ticdc.events import DELETE, DDLEvent, ResolvedEvent, RowChange, TableRows, from_record, records_to_rows
 from cdcflow.errors import CdcflowError
 from cdcflow.record import Record
 from cdcflow.sdk import Destination
@@ -33,6 +35,7 @@ from .writer import DataDirectory, FileStore, write_checkpoint
 class _Version:
     version: int
     checksum: int
+    table: TableSchema | None = None  # the version's columns, once known (key-only deletes go into it)
 
 
 class StorageDestination(Destination):
@@ -55,6 +58,7 @@ class StorageDestination(Destination):
         self._max_commit_ts: int | None = None
         self._last_dir: tuple | None = None  # (table object, date, data directory) of the previous run
         self._dates: dict[int, str] = {}  # day number -> date directory
+        self._batch: tuple = ((), {})  # the batch being written and facts found in it
 
     # ------------------------------------------------------------------ write
     def write(self, records: Sequence[Record]) -> list[str | None] | None:
@@ -64,6 +68,7 @@ class StorageDestination(Destination):
             items = records_to_rows(records, self._store)
         except (CdcflowError, ValueError):  # find the bad records one by one
             items = range(len(records))
+        self._batch = (items, {})  # what this batch holds later on (see ``_ahead``)
         for item in items:
             if type(item) is TableRows:
                 self._route(item, records, groups, errors)
@@ -91,6 +96,9 @@ class StorageDestination(Destination):
                errors: list[str | None]) -> None:
         """Add a run of one table's rows to the groups of their data directories (one per date
         when the layout has dates); a run whose directory cannot be made gets the error."""
+        if not min(rows.commit_ts):
+            rows.commit_ts = self._known_commit_ts(rows.commit_ts)
+        rows = self._key_only_widened(rows)
         top = max(rows.commit_ts)
         if self._max_commit_ts is None or top > self._max_commit_ts:
             self._max_commit_ts = top
@@ -118,6 +126,26 @@ class StorageDestination(Destination):
                 groups[rel] = part  # fresh lists from records_to_rows / take: ours to extend
             else:
                 group.extend(part)
+
+    def _ahead(self, what: str, key: tuple[str, str] | None = None):
+        """From the rest of this batch: ``"ts"`` the lowest known commit ts of its rows; ``"table"``
+        the widest columns of table ``key`` (computed once per batch)."""
+        items, memo = self._batch
+        if (what, key) not in memo:
+            runs = [it for it in items if type(it) is TableRows]
+            if what == "ts":
+                memo[what, key] = min((t for r in runs for t in r.commit_ts if t), default=0)
+            else:
+                tables = [r.table for r in runs if (r.table.schema, r.table.table) == key]
+                memo[what, key] = max(tables, key=lambda t: len(t.columns), default=None)
+        return memo[what, key]
+
+    def _known_commit_ts(self, commit_ts: list[int]) -> list[int]:
+        """Commit ts 0 means unknown (an Avro delete read before any commit ts of its partition):
+        such a row is dated by the newest commit ts written, else the lowest of the rows later in
+        this batch, so it never lands in ``1970-01-01`` nor starts a table version of its own."""
+        known = self._max_commit_ts or self._ahead("ts")
+        return [t or known for t in commit_ts] if known else commit_ts
 
     def _date_of(self, commit_ts: int) -> str:
         """The date directory of a commit ts, computed once per day seen."""
@@ -156,6 +184,44 @@ class StorageDestination(Destination):
         self.files.put_new(f"{where}/{name}", content)  # an existing file of that name has this content
         return schemafile.parse_name(name)[1]
 
+    def _current_table(self, key: tuple[str, str]) -> TableSchema | None:
+        """The columns of the table's current version: remembered, else its newest schema file's."""
+        current = self._versions.get(key)
+        if current is not None and current.table is not None:
+            return current.table
+        if current is not None or key in self._pending_ddl:
+            return None
+        newest = self._newest_schema_file(*key)
+        if newest is None:  # a new table: the rows after it in this batch tell its columns
+            return self._ahead("table", key)
+        rel = f"{layout.table_schema_dir(*key)}/{schemafile.file_name(*newest)}"
+        data = self.files.read(rel)
+        if data is None:
+            return None
+        table = schemafile.parse(rel, data).table
+        self._versions[key] = _Version(newest[0], newest[1], table)
+        return table
+
+    def _key_only_widened(self, rows: TableRows) -> TableRows:
+        """Deletes that carry only the handle key (TiCDC Avro sends a tombstone with the key) are
+        rows of the current table version, not a schema change: they get that version's columns,
+        the ones the source did not carry NULL. Anything else is returned as it is."""
+        table = rows.table
+        if rows.tables is not None or any(k != DELETE for k in rows.kinds):
+            return rows
+        key = (table.schema, table.table)
+        if key in self._pending_ddl:
+            return rows
+        current = self._current_table(key)
+        if current is None or current is table or len(table.columns) >= len(current.columns):
+            return rows
+        index = current.index
+        if not all(c.name in index and current.columns[index[c.name]].handle_key for c in table.columns):
+            return rows
+        names = [c.name for c in current.columns]
+        widened = [None if r is None else {n: r.get(n) for n in names} for r in rows.rows]
+        return TableRows(current, rows.indexes, rows.kinds, rows.commit_ts, widened, rows.olds)
+
     def _version_of(self, table: TableSchema, commit_ts: int) -> int:
         key = (table.schema, table.table)
         crc = self._checksum(table)
@@ -163,21 +229,23 @@ class StorageDestination(Destination):
         if pending is not None:
             plain = dataclasses.replace(table, partition=None, version=pending.commit_ts)
             self._write_schema_file(table.schema, plain, pending.commit_ts, pending.query, pending.ddl_type or 0)
-            self._versions[key] = _Version(pending.commit_ts, crc)
+            self._versions[key] = _Version(pending.commit_ts, crc, table)
             return pending.commit_ts
         current = self._versions.get(key)
         if current is not None and current.checksum == crc:
+            if current.table is None:
+                current.table = table
             return current.version
         newest = self._newest_schema_file(*key) if current is None else (current.version, current.checksum)
         if newest is not None and newest[1] == crc:
-            self._versions[key] = _Version(newest[0], crc)
+            self._versions[key] = _Version(newest[0], crc, table)
             return newest[0]
         version = table.version or commit_ts
         if newest is not None and version <= newest[0]:
             version = newest[0] + 1
         plain = dataclasses.replace(table, partition=None, version=version)
         self._write_schema_file(table.schema, plain, version, "", 0)
-        self._versions[key] = _Version(version, crc)
+        self._versions[key] = _Version(version, crc, table)
         return version
 
     def _on_ddl(self, ev: DDLEvent, position: bytes) -> None:
@@ -194,7 +262,7 @@ class StorageDestination(Destination):
         plain = dataclasses.replace(ev.table, partition=None, version=ev.commit_ts)
         crc = self._write_schema_file(ev.schema, plain, ev.commit_ts, ev.query, ev.ddl_type or 0)
         self._pending_ddl.pop(key, None)
-        self._versions[key] = _Version(ev.commit_ts, crc)
+        self._versions[key] = _Version(ev.commit_ts, crc, ev.table)
 
     def _data_dir_of(self, table: TableSchema, commit_ts: int, date: str | None, position: bytes) -> str:
         """The data directory of rows of ``table`` (first row's commit ts ``commit_ts``) on ``date``."""

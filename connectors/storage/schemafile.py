@@ -12,6 +12,7 @@ cdcflow's rendering of the parsed table. See docs/connector-storage.md.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import json
@@ -22,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from cdcflow.connectors.ticdc.canal_json import ddl_elements
 from cdcflow.errors import CdcflowError
 from cdcflow.tidb import BINARY_TYPES, FLOAT_TYPES, INTEGER_TYPES, TEXT_TYPES, Column, TableSchema, format_date
 
@@ -290,3 +292,17 @@ def parse(path: str, data: bytes, verify: bool = True) -> SchemaFile:
         if version != parsed[0]:
             raise SchemaFileError(path, f"TableVersion {version} differs from the version in the name ({parsed[0]})")
     return SchemaFile(schema, table_name, version, str(obj.get("Query") or ""), ddl_type, table, crc)
+
+
+def with_ddl_elements(table: TableSchema, query: str) -> TableSchema:
+    """The table with ENUM/SET members its DDL defines (a schema file has no place for them, so
+    without this a CSV reader knows the names but not their order: no index can be written)."""
+    missing = [c.name for c in table.columns if c.type in ("ENUM", "SET") and not c.elements]
+    if not missing:
+        return table
+    found = ddl_elements(query)
+    if not any(n in found for n in missing):
+        return table
+    cols = tuple(dataclasses.replace(c, elements=found[c.name]) if c.name in found and c.name in missing else c
+                 for c in table.columns)
+    return dataclasses.replace(table, columns=cols, index={})

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from cdcflow.connectors.ticdc.canal_json import CanalJsonOptions
 from cdcflow.connectors.ticdc.csv import CsvOptions
 from cdcflow.errors import ConfigError
-from cdcflow.params import Parameter, ParamType, parse_bool, parse_duration
+from cdcflow.params import Parameter, ParamType, did_you_mean, parse_bool, parse_duration
 
 from .layout import DATE_SEPARATORS, EXTENSIONS
 
@@ -149,8 +149,9 @@ def resolve(config: Mapping[str, Any]) -> StorageSettings:
     protocol = _SCHEMES[scheme][0]
     for key in query:
         if key not in _URI_OPTIONS and key not in _S3_URI:
-            raise ConfigError(PLUGIN, "uri", "query", f"unknown URI parameter {key!r} (known: "
-                              f"{', '.join(sorted(_URI_OPTIONS + tuple(_S3_URI)))})")
+            names = _URI_OPTIONS + tuple(_S3_URI)
+            raise ConfigError(PLUGIN, "uri", "query", f"unknown URI parameter {key!r}{did_you_mean(key, names)} "
+                              f"(known: {', '.join(sorted(names))})")
 
     def get(name: str, default: Any = None) -> Any:
         v = config.get(name)

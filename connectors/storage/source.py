@@ -372,7 +372,8 @@ class StorageSource(Source):
         if sf.table is None or sf.schema != self.schema or sf.table_name != self.table:
             raise StorageReadError(f"storage: {self.files.full(path)} describes {sf.schema}.{sf.table_name}, "
                                    f"not {self.schema}.{self.table}")
-        table = dataclasses.replace(sf.table, version=version)
+        table = self._elements_carried(
+            schemafile.with_ddl_elements(dataclasses.replace(sf.table, version=version), sf.query), version)
         if self.partition_id is not None:
             table = dataclasses.replace(table, partition=int(self.partition_id))
         sf = dataclasses.replace(sf, table_version=version, table=table)
@@ -386,6 +387,28 @@ class StorageSource(Source):
             raise StorageReadError(f"storage: {self.files.full(layout.database_schema_dir(self.schema))}/{name} "
                                    f"describes {sf.schema}.{sf.table_name}, not the database {self.schema}")
         return DDLEvent(self.schema, "", sf.query, version, sf.ddl_type or None)
+
+    def _elements_carried(self, table: TableSchema, version: int) -> TableSchema:
+        """ENUM/SET members for columns this version's DDL does not define: a column a DDL leaves
+        alone keeps its definition, so the previous version's members (from its DDL, or carried
+        further) still hold while the column keeps its name and type."""
+        missing = [c for c in table.columns if c.type in ("ENUM", "SET") and not c.elements]
+        earlier = [v for v in self._versions() if v < version] if missing else []
+        if not earlier:
+            return table
+        try:
+            for v in earlier:  # oldest first: each finds its predecessor done (no deep recursion)
+                if v not in self._schema_files:
+                    self._schema_file(v)
+        except StorageReadError:
+            return table  # an unreadable older version is reported when it is read
+        prev = self._schema_files[earlier[-1]].table
+        found = {c.name: prev.columns[prev.index[c.name]].elements for c in missing if c.name in prev.index
+                 and prev.columns[prev.index[c.name]].type == c.type}
+        if not any(found.values()):
+            return table
+        return dataclasses.replace(table, index={}, columns=tuple(
+            dataclasses.replace(c, elements=found[c.name]) if found.get(c.name) else c for c in table.columns))
 
     def _data_files(self, version: int) -> list[tuple[str, int, str]]:
         """(date, index, relative path) of a version's data files, in reading order. The date

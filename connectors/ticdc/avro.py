@@ -1071,6 +1071,14 @@ class AvroDecoder:
     None + ``0x01``/``0x02`` message -> DDL / resolved event. Without the
     extension a message carries no commit ts: ``commit_ts`` (e.g. the Kafka
     message time as a TSO) is used, else 0.
+
+    A DELETE (key + tombstone) never carries a commit ts. It gets the best lower
+    bound the stream gives: the newest ``_tidb_commit_ts`` this decoder has read
+    (rows of a partition arrive in commit ts order, and one decoder reads one
+    partition), or one past the newest DDL / resolved ts read; only before any of
+    these, ``commit_ts``, else 0. A lower bound keeps the delete's date and table
+    version those of the rows around it, and the Kafka source's replay filter
+    (which drops rows below what it completed) never takes it for a replay.
     """
 
     def __init__(self, options: AvroOptions | None, registry):
@@ -1083,8 +1091,24 @@ class AvroDecoder:
         # head (no key) for rows, key head for deletes
         self._fast: dict[Any, Callable] = {}
         self._fast_delete: dict[bytes, Callable] = {}
+        self._floor_ts = 0  # the lowest commit ts a DELETE read now can have (see the class doc)
 
     def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None) -> Event:
+        if not value and key is not None:  # a tombstone: DELETE of the key
+            return self._decode(key, value, self._floor_ts or commit_ts)
+        ev = self._decode(key, value, commit_ts)
+        t = type(ev)
+        if t is RowChange:
+            if ev.commit_ts > self._floor_ts:
+                self._floor_ts = ev.commit_ts
+        elif t is DDLEvent:
+            if ev.commit_ts >= self._floor_ts:
+                self._floor_ts = ev.commit_ts + 1
+        elif t is ResolvedEvent and ev.ts >= self._floor_ts:
+            self._floor_ts = ev.ts + 1
+        return ev
+
+    def _decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None) -> Event:
         if type(value) is bytes:
             if key is None:
                 fast = self._fast.get(value[:5])

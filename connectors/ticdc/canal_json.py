@@ -193,7 +193,9 @@ def _digits_passthrough(kind: str) -> Callable[[Any], str]:
     def conv(v: Any) -> str:
         if type(v) is str and v.isdigit() and v.isascii():
             return v
-        raise _ValueProblem(f"{kind} elements are unknown, so only an index/bitmask text can be written")
+        what = "index" if kind == "ENUM" else "bitmask"
+        raise _ValueProblem(f"{kind} elements are unknown (the source did not carry them), so this name has no "
+                            f"{what} to write; only an {what} text passes through")
     return conv
 
 
@@ -327,8 +329,8 @@ def mysql_type(col: Column, full: bool) -> str:
         return f"{base}({col.fsp})" if col.fsp else base
     if t == "YEAR":
         return "year(4)"
-    if t in ("ENUM", "SET"):
-        return f"{base}({','.join(_quote_element(e) for e in col.elements)})"
+    if t in ("ENUM", "SET"):  # members unknown: the bare type, never an empty list that claims none
+        return f"{base}({','.join(_quote_element(e) for e in col.elements)})" if col.elements else base
     return base + unsigned
 
 
@@ -359,6 +361,38 @@ def _split_params(text: str) -> list[str]:
             if text[i] != ",":
                 raise ValueError(f"unexpected {text[i]!r} in type parameters")
             i += 1
+    return out
+
+
+_DDL_ENUM_SET = re.compile(r"(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_$]*)\s+(ENUM|SET)\s*\(", re.IGNORECASE)
+
+
+def ddl_elements(query: str) -> dict[str, tuple[str, ...]]:
+    """ENUM/SET members of the columns a DDL statement defines (``CREATE TABLE``, ``ALTER TABLE ...
+    ADD/MODIFY/CHANGE COLUMN``): column name -> elements. TiCDC's storage schema file has no place
+    for members, but the schema file of a version a DDL started carries that DDL as its ``Query``.
+    A column defined twice keeps its last definition; text that does not parse is skipped."""
+    out: dict[str, tuple[str, ...]] = {}
+    for m in _DDL_ENUM_SET.finditer(query):
+        name = m.group(1)
+        if name.startswith("`"):
+            name = name[1:-1].replace("``", "`")
+        elif name.upper() in ("COLUMN", "MODIFY", "ADD", "CHANGE", "TABLE"):
+            continue
+        i, depth, quoted = m.end(), 1, False
+        while i < len(query) and depth:
+            c = query[i]
+            if c == "'":
+                quoted = not quoted  # a doubled '' toggles twice: still inside
+            elif not quoted:
+                depth += (c == "(") - (c == ")")
+            i += 1
+        if depth:
+            continue
+        try:
+            out[name] = tuple(_split_params(query[m.end():i - 1]))
+        except ValueError:
+            continue
     return out
 
 

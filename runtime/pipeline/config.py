@@ -224,15 +224,19 @@ class _FileParser:
             return None
         return value
 
-    def string_map(self, node: Node, what: str) -> dict[str, str]:
+    def string_map(self, node: Node, what: str, origins: dict[str, Origin] | None = None) -> dict[str, str]:
+        """Key -> text; ``origins`` (when given) gets each key's own line, so a problem with one
+        setting can point at that setting rather than at its connector."""
         fields = self.mapping(node, what, ())
         if fields is None:
             return {}
         out: dict[str, str] = {}
-        for key, (_, vnode) in fields.items():
+        for key, (knode, vnode) in fields.items():
             value = self.text(vnode, f"{what}.{key}")
             if value is not None:
                 out[key] = value
+                if origins is not None:
+                    origins[key] = self.origin(knode)
         return out
 
     def interpolate(self, node: Node, text: str) -> str:
@@ -354,7 +358,7 @@ class _FileParser:
         if "name" in fields:
             c.name = self.text(fields["name"][1], f"{what}.name") or ""
         if "settings" in fields:
-            c.settings = self.string_map(fields["settings"][1], f"{what}: settings")
+            c.settings = self.string_map(fields["settings"][1], f"{what}: settings", c.setting_origins)
         if "processors" in fields:
             c.processors = self._processors(fields["processors"][1], what, processor_ids)
         return c
@@ -392,7 +396,7 @@ class _FileParser:
             cond = self.text(fields["condition"][1], f"{what}.condition")
             proc.condition = cond or None
         if "settings" in fields:
-            proc.settings = self.string_map(fields["settings"][1], f"{what}: settings")
+            proc.settings = self.string_map(fields["settings"][1], f"{what}: settings", proc.setting_origins)
         if "workers" in fields:
             workers = self.integer(fields["workers"][1], f"{what}: workers", 0)
             if workers is not None:
@@ -410,7 +414,7 @@ class _FileParser:
             if plugin:
                 dlq.plugin = plugin
         if "settings" in fields:
-            dlq.settings = self.string_map(fields["settings"][1], f"{what}: settings")
+            dlq.settings = self.string_map(fields["settings"][1], f"{what}: settings", dlq.setting_origins)
         if "window-size" in fields:
             size = self.integer(fields["window-size"][1], f"{what}: window-size", 0)
             if size is not None:

@@ -26,6 +26,7 @@ class ProcessorConfig:
     condition: str | None = None
     workers: int = 1
     origin: Origin | None = None
+    setting_origins: dict[str, Origin] = field(default_factory=dict)  # setting key -> its line
 
 
 @dataclass
@@ -37,6 +38,7 @@ class ConnectorConfig:
     settings: dict[str, str] = field(default_factory=dict)
     processors: list[ProcessorConfig] = field(default_factory=list)
     origin: Origin | None = None
+    setting_origins: dict[str, Origin] = field(default_factory=dict)  # setting key -> its line
 
 
 @dataclass
@@ -46,6 +48,7 @@ class DLQConfig:
     window_size: int = 1
     window_nack_threshold: int = 0
     origin: Origin | None = None
+    setting_origins: dict[str, Origin] = field(default_factory=dict)  # setting key -> its line
 
 
 @dataclass

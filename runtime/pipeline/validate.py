@@ -5,12 +5,19 @@ Everything that can be known without running anything: the file problems of
 is used for, settings are valid against each plugin's parameter spec (all rule
 violations, not just the first), conditions compile, built-in transforms accept
 their settings (their ``configure`` compiles templates and field references),
-and each pipeline has at least one source and one destination. Standalone
-transforms are not started: their settings are checked against their spec only.
+each pipeline has at least one source and one destination, and built-in
+connectors accept their settings (their ``configure`` runs the checks ``cdcflow
+run`` would otherwise make only when starting: URI query parameters, settings
+required together, combinations). Standalone plugins are not started: their
+settings are checked against their spec only.
+
+A problem with one setting is reported at that setting's own line (a URI query
+parameter at the URI's line), with "did you mean" for a near-miss name.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -68,6 +75,7 @@ class _PipelineChecker:
         self.pipeline = pipeline
         self.registry = registry
         self.problems: list[Problem] = []
+        self.failed_spec = False
 
     def add(self, origin: Origin | None, message: str) -> None:
         origin = origin or self.pipeline.origin
@@ -90,16 +98,48 @@ class _PipelineChecker:
         for proc in p.processors:
             self.processor(proc, what)
         dlq = p.dead_letter_queue
-        self.plugin_settings("connector", dlq.plugin, "destination", dlq.settings, dlq.origin, f"{what}: dead-letter-queue")
+        self.configured("connector", dlq.plugin, "destination", dlq.settings, dlq.origin, f"{what}: dead-letter-queue",
+                        dlq.setting_origins, "dlq")
         return self.problems
 
     def connector(self, c: ConnectorConfig, owner: str) -> None:
-        self.plugin_settings("connector", c.plugin, c.type, c.settings, c.origin, f"{owner}: connector {c.id!r}")
+        what = f"{owner}: connector {c.id!r}"
+        self.configured("connector", c.plugin, c.type, c.settings, c.origin, what, c.setting_origins, c.id)
+
+    def configured(self, kind: str, ref: str, side: str, settings: Mapping[str, str], origin: Origin | None,
+                   what: str, setting_origins: Mapping[str, Origin], plugin_id: str) -> None:
+        """The spec checks, then (settings passing them) the built-in connector's own ``configure``:
+        exactly what ``cdcflow run`` does before it opens anything."""
+        info = self.plugin_settings(kind, ref, side, settings, origin, what, setting_origins)
+        if info is None or info.type != "builtin" or self.failed_spec:
+            return
+        try:
+            config = info.validate(side, settings, plugin_id=plugin_id)
+            instance = info.new_source() if side == "source" else info.new_destination()
+            instance.id = plugin_id
+        except CdcflowError:
+            return  # reported by the spec checks above
+        try:
+            instance.configure(config)
+        except ConfigError as e:
+            self.add(_setting_origin(e.parameter, settings, setting_origins, origin), f"{what}: {_without_plugin(e)}")
+        except CdcflowError as e:
+            self.add(origin, f"{what}: {e}")
+        except Exception as e:  # noqa: BLE001 - a plugin's configure may raise anything
+            self.add(origin, f"{what}: invalid settings: {type(e).__name__}: {e}")
+        finally:
+            try:
+                instance.teardown()
+            except Exception:  # noqa: BLE001 - nothing was opened; a failing teardown changes nothing here
+                pass
 
     def plugin_settings(
-        self, kind: str, ref: str, side: str, settings: Mapping[str, str], origin: Origin | None, what: str
+        self, kind: str, ref: str, side: str, settings: Mapping[str, str], origin: Origin | None, what: str,
+        setting_origins: Mapping[str, Origin] | None = None,
     ) -> Any:
-        """Resolve the plugin and check its settings; return its PluginInfo or None."""
+        """Resolve the plugin and check its settings; return its PluginInfo or None.
+        ``failed_spec`` tells whether any setting broke the spec."""
+        self.failed_spec = False
         try:
             info = self.registry.connector(ref) if kind == "connector" else self.registry.transform(ref)
         except CdcflowError as e:
@@ -110,7 +150,8 @@ class _PipelineChecker:
             self.add(origin, f"{what}: plugin {info.ref} cannot be used as a {side} (it has: {has})")
             return None
         for err in parameter_problems(info.ref, info.spec_for(side), settings):
-            self.add(origin, f"{what}: {err}")
+            self.failed_spec = True
+            self.add(_setting_origin(err.parameter, settings, setting_origins or {}, origin), f"{what}: {err}")
         return info
 
     def processor(self, proc: ProcessorConfig, owner: str) -> None:
@@ -120,7 +161,8 @@ class _PipelineChecker:
                 Condition.compile(proc.condition)
             except ExpressionError as e:
                 self.add(proc.origin, f"{what}: condition: {e}")
-        info = self.plugin_settings("transform", proc.plugin, "transform", proc.settings, proc.origin, what)
+        info = self.plugin_settings("transform", proc.plugin, "transform", proc.settings, proc.origin, what,
+                                    proc.setting_origins)
         if info is None or info.type != "builtin":
             return
         # settings passed the spec: let the transform itself check what it compiles (templates, references)
@@ -133,7 +175,8 @@ class _PipelineChecker:
         try:
             transform.configure(config)
         except ConfigError as e:
-            self.add(proc.origin, f"{what}: {_without_plugin(e)}")
+            self.add(_setting_origin(e.parameter, proc.settings, proc.setting_origins, proc.origin),
+                     f"{what}: {_without_plugin(e)}")
         except CdcflowError as e:
             self.add(proc.origin, f"{what}: {e}")
         except Exception as e:  # noqa: BLE001 - a plugin's configure may raise anything
@@ -143,6 +186,21 @@ class _PipelineChecker:
                 transform.teardown()
             except Exception:  # noqa: BLE001 - nothing was opened; a failing teardown changes nothing here
                 pass
+
+
+def _setting_origin(parameter: str | None, settings: Mapping[str, str], origins: Mapping[str, Origin],
+                    owner: Origin | None) -> Origin | None:
+    """Where a problem with ``parameter`` is written: the setting's own line; for an option given
+    in the URI's query (``uri: kafka://.../t?protocol=avro``), the URI's line; else the owner's."""
+    if parameter:
+        if parameter in origins:
+            return origins[parameter]
+        uri = settings.get("uri", "")
+        if "uri" in origins and "?" in uri:
+            query = urllib.parse.parse_qs(uri.split("?", 1)[1], keep_blank_values=True)
+            if parameter in query:
+                return origins["uri"]
+    return owner
 
 
 def _without_plugin(e: ConfigError) -> str:

@@ -104,10 +104,11 @@ def test_bad_settings_every_rule_listed(tmp_path):
     """)
     got = messages(validate_files([path], env={}), path)
     assert got == [
-        "F:5: pipeline 'p': connector 'src': builtin:generator@v0.1.0: parameter 'colour': unrecognized parameter "
+        # a setting's problem is reported at the setting's own line (flow-style settings: line 8)
+        "F:8: pipeline 'p': connector 'src': builtin:generator@v0.1.0: parameter 'colour': unrecognized parameter "
         "(known: collections.*, format.options.*, format.type, operations, partitions, rate, readTime, "
         "recordCount, seed) (rule: unknown)",
-        "F:5: pipeline 'p': connector 'src': builtin:generator@v0.1.0: parameter 'recordCount': value 'lots' is "
+        "F:8: pipeline 'p': connector 'src': builtin:generator@v0.1.0: parameter 'recordCount': value 'lots' is "
         "not a valid int: invalid literal for int() with base 10: 'lots' (rule: type)",
         "F:9: pipeline 'p': connector 'dst': builtin:file@v0.1.0: parameter 'path': value is required (rule: required)",
         "F:10: pipeline 'p': connector 'src2': plugin builtin:generator@v0.1.0 cannot be used as a destination "
@@ -125,7 +126,7 @@ def test_bad_condition_and_template(tmp_path):
         pipelines:
           - id: p
             connectors:
-              - {id: src, type: source, plugin: generator}
+              - {id: src, type: source, plugin: generator, settings: {format.options.id: int}}
               - {id: dst, type: destination, plugin: log}
             processors:
               - id: c
@@ -142,7 +143,7 @@ def test_bad_condition_and_template(tmp_path):
         "syntax error: invalid syntax",
         "F:11: pipeline 'p': processor 't': condition: expression 'unknownThing == 1' at column 1: unknown name "
         "'unknownThing'; the record is Position, Operation, Metadata, Key, Payload",
-        "F:11: pipeline 'p': processor 't': parameter 'value': expression '{{ Payload.After.y + }}' at column 21: "
+        "F:14: pipeline 'p': processor 't': parameter 'value': expression '{{ Payload.After.y + }}' at column 21: "
         "in '{{ Payload.After.y + }}': syntax error: invalid syntax (rule: template)",
     ]
 

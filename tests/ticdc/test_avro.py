@@ -201,8 +201,16 @@ def test_tombstone_and_extension_values():
     e = dec.decode(*upd)
     assert (e.kind, e.old) == (UPDATE, None)  # Avro carries no old image
     e = dec.decode(*dele)
-    assert (e.kind, e.row, e.commit_ts) == (DELETE, {"id": 1}, 0)
+    # a tombstone carries no commit ts: the newest one read before it is its lower bound
+    assert (e.kind, e.row, e.commit_ts) == (DELETE, {"id": 1}, ts)
     assert [c.name for c in e.table.columns] == ["id"] and e.table.columns[0].handle_key
+    # before any commit ts was read: the caller's fallback (e.g. the message time), else unknown (0)
+    fresh = AvroDecoder(None, reg)
+    assert fresh.decode(*dele).commit_ts == 0
+    assert fresh.decode(*dele, commit_ts=42).commit_ts == 42
+    # after a resolved / DDL event at R, a later row has a commit ts above R
+    fresh.decode(None, b"\x02" + (ts + 10).to_bytes(8, "big"))
+    assert fresh.decode(*dele).commit_ts == ts + 11
 
 
 def test_without_extension_rows_decode_as_insert_with_fallback_ts():
