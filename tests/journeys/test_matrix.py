@@ -46,13 +46,13 @@ for _s, _d in itertools.product(FORMATS, FORMATS):
             KNOWN[("ddl", _s, _d)] = _AVRO_DELETE
 
 
-#: found by the matrix and not fixed here: two tasks (one per table) of a storage source write into one
-#: storage destination at once, and ``write_checkpoint``'s read-compare-replace of ``metadata`` races,
-#: so the lower checkpoint can land last. Timing-dependent, hence not strict.
-_CHECKPOINT_RACE = ("metadata checkpoint moves backwards when two writers race (read-compare-replace in "
-                    "connectors/storage/writer.py write_checkpoint) — not fixed, timing-dependent")
-for _s, _d in itertools.product(("storage-csv", "storage-canal-json"), ("storage-csv", "storage-canal-json")):
-    KNOWN[("checkpoint", _s, _d)] = _CHECKPOINT_RACE
+#: found by the matrix: two tasks (one per table) of a storage source write into one storage destination
+#: at once, and ``write_checkpoint``'s read-compare-replace of ``metadata`` can land the lower value last.
+#: Fixed locally (flock); on S3 there is no lock. Timing-dependent, hence not strict.
+_CHECKPOINT_RACE = ("S3: metadata checkpoint can move backwards when two writers race (no lock on an object "
+                    "store; connectors/storage/writer.py write_checkpoint) — not fixed, timing-dependent")
+for _s in ("storage-csv", "storage-canal-json"):
+    KNOWN[("checkpoint", _s, "storage-csv")] = _CHECKPOINT_RACE
 
 
 def cells(check: str) -> list:
