@@ -29,6 +29,7 @@ from cdcflow.sdk import Destination
 from ..ticdc.events import (
     META_ONLY_HANDLE_KEY, META_SCHEMA, META_TABLE, DDLEvent, ResolvedEvent, RowChange, from_record,
 )
+from ..ticdc.convert import names_event
 from ..ticdc.open_protocol import MessageTooLarge
 from .codecs import encoder_for
 from .dispatch import dispatcher, table_hash, topic_for
@@ -185,7 +186,7 @@ class KafkaDestination(Destination):
                     if proto == "open-protocol":
                         open_rows.setdefault((topic, part), []).append((i, ev))
                     elif proto == "avro":
-                        msg = self._encoder.encode_one(ev, topic)
+                        msg = self._encoder.encode_one(names_event(ev, "avro"), topic)
                         emit(topic, part, msg[0], msg[1], [i])
                     else:
                         emit(topic, part, None, self._encoder.encode(ev), [i], [ev])

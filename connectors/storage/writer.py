@@ -152,7 +152,26 @@ def read_checkpoint(store: FileStore) -> int | None:
 
 
 def write_checkpoint(store: FileStore, ts: int) -> int:
-    """Advance ``metadata`` to ``ts`` (never backwards, also against another writer); returns the value kept."""
+    """Advance ``metadata`` to ``ts`` (never backwards); returns the value kept.
+
+    Locally the read-compare-replace holds an ``flock`` on the layout's root directory, so two
+    writers (Spark tasks of one destination) cannot interleave and land the lower value last; an
+    object store has no lock, there the last writer wins (docs/connector-storage.md)."""
+    if not store.local:
+        return _advance_checkpoint(store, ts)
+    import fcntl
+
+    root = store.root or "."
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _advance_checkpoint(store, ts)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _advance_checkpoint(store: FileStore, ts: int) -> int:
     current = read_checkpoint(store)
     if current is not None and current >= ts:
         return current

@@ -139,6 +139,33 @@ def adapt_events(events: Iterable[Event], target: str) -> list[Event]:
     return out
 
 
+_NAME_CHECKS: dict[tuple[int, str], tuple[TableSchema, tuple]] = {}
+
+
+def names_row(table: TableSchema, row: dict | None, target: str) -> dict | None:
+    """``row`` as a name-writing ``target`` (Avro, CSV) may write it: the ENUM/SET index text of a
+    column whose members the source did not carry is refused with ``UnrepresentableValue``, index 0 /
+    bitmask 0 become ``''`` — the rule ``adapt_events`` applies. Destinations write decoded records
+    rather than transcode, so they call this per row; the check is cached per table object and costs
+    a dict lookup for tables without such columns."""
+    key = (id(table), target)
+    hit = _NAME_CHECKS.get(key)
+    if hit is None or hit[0] is not table:
+        if len(_NAME_CHECKS) > 4096:
+            _NAME_CHECKS.clear()
+        fixers = tuple(f for f in _fixers(table, target) if f[2] == "index-text") if target in NAME_FORMATS else ()
+        hit = _NAME_CHECKS[key] = (table, fixers)
+    return _fix_row(table, row, hit[1], target) if hit[1] else row
+
+
+def names_event(ev: RowChange, target: str) -> RowChange:
+    """``names_row`` for both images of one event (the event itself when nothing changes)."""
+    row, old = names_row(ev.table, ev.row, target), names_row(ev.table, ev.old, target)
+    if row is ev.row and old is ev.old:
+        return ev
+    return RowChange(ev.table, ev.kind, ev.commit_ts, row, old, dict(ev.extra))
+
+
 def _fix_row(table: TableSchema, row: dict | None, fixers, target: str) -> dict | None:
     if row is None:
         return None

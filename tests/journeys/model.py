@@ -1,0 +1,90 @@
+"""What each format of the matrix carries, and the expected stream of a (source, destination) cell.
+
+``FACTS`` is the matrix's side of docs/codec-cross-format.md's table "What each format carries":
+``test_doc_table_agrees_with_the_matrix`` reads the doc's cells and maps them onto these facts, and
+the cells compare the `cdcflow run` output with ``expected_rows`` built from them — so the doc,
+the model and what the pipelines do must all agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdcflow.connectors.generator import all_types_columns
+
+
+@dataclass(frozen=True)
+class Facts:
+    doc_column: str  # the column of the doc's table that describes this format as the matrix sets it up
+    old_image: bool  # an UPDATE's before-image survives
+    deleted_row: str  # "full" or "key only"
+    elements: bool  # ENUM/SET member names survive (without them: 1-based index / bitmask text)
+    names: bool  # the format writes ENUM/SET values as names (so an index text cannot be written)
+    update_by_old_image: bool = False  # an UPDATE is told from an INSERT only by its before-image
+
+
+FACTS: dict[str, Facts] = {
+    "kafka-avro": Facts("Avro", old_image=False, deleted_row="key only", elements=True, names=True),
+    # content-compatible on the destination (mysqlType carries ENUM/SET members, DECIMAL scale)
+    "kafka-canal-json": Facts("canal-json content-compatible", True, "full", True, False),
+    "kafka-open-protocol": Facts("open protocol", True, "full", False, False, update_by_old_image=True),
+    # include-commit-ts=true, output-old-value left at its default (false)
+    "storage-csv": Facts("CSV + schema file", False, "full", True, True),
+    "storage-canal-json": Facts("canal-json content-compatible", True, "full", True, False),
+    "file": Facts("", True, "full", True, False),  # OpenCDC JSON lines: lossless
+}
+#: the options a doc cell "with `output-old-value`" depends on, as the matrix sets them
+OUTPUT_OLD_VALUE = {"CSV + schema file": False, "open protocol": True}
+
+_ELEMENTS = {c.name: c for c in all_types_columns() if c.type in ("ENUM", "SET")}
+
+
+def _index_text(column: str, value):
+    """ENUM → 1-based index, SET → bitmask, as decimal text (formats without members)."""
+    if value is None or _is_index(value):
+        return value
+    col = _ELEMENTS[column]
+    if col.type == "ENUM":
+        return str(col.elements.index(value) + 1) if value else "0"
+    members = set(value.split(",")) if value else set()
+    return str(sum(1 << i for i, e in enumerate(col.elements) if e in members))
+
+
+def _is_index(value) -> bool:
+    return isinstance(value, str) and value.isdigit()
+
+
+@dataclass
+class Expected:
+    rows: list[dict]  # records expected in the read-back, in input order
+    refused: list[dict]  # records the destination must refuse (to its DLQ), with the reason
+
+
+def expected_rows(src: str, dst: str, rows: list[dict], key: tuple[str, ...] = ("id",)) -> Expected:
+    """The input's row records as they read back after ``src`` then ``dst``."""
+    out, refused = [], []
+    for rec in rows:
+        before, after = rec["payload"]["before"], rec["payload"]["after"]
+        op = rec["operation"]
+        ok = True
+        for fmt in (src, dst):
+            f = FACTS[fmt]
+            if op == "update" and before is None and f.update_by_old_image:
+                op = "create"  # an UPDATE without its old image reads back as an INSERT
+            if f.names and any(_is_index(v) and v != "0" for img in (before, after) if img
+                               for c, v in img.items() if c in _ELEMENTS):
+                ok = False  # an index is never written as if it were a name
+                break
+            if f.names:  # index 0 / bitmask 0 are '' / the empty set with or without members
+                before, after = ({c: "" if c in _ELEMENTS and v == "0" else v for c, v in img.items()}
+                                 if img else img for img in (before, after))
+            if not f.elements:
+                before, after = ({c: _index_text(c, v) if c in _ELEMENTS else v for c, v in img.items()}
+                                 if img else img for img in (before, after))
+            if op == "update" and not f.old_image:
+                before = None
+            if op == "delete" and f.deleted_row == "key only":
+                before = {k: before[k] for k in key}
+        exp = {**rec, "operation": op, "payload": {"before": before, "after": after}}
+        (out if ok else refused).append(exp)
+    return Expected(out, refused)
