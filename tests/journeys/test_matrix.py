@@ -31,19 +31,8 @@ from model import FACTS, OUTPUT_OLD_VALUE, expected_rows
 #: sides and the "produce" stage (one Spark start) is not needed
 FAST = {("file", f) for f in FORMATS if f != "file"}
 
-_CSV_ENUM = ("ENUM/SET from storage CSV to canal-json content-compatible / open protocol refused as "
-             "'elements unknown' — fixed on branch crossformat-validate")
-_AVRO_DELETE = ("Avro deletes carry commit ts 0, dated 1970-01-01 (a table version per delete in storage) — "
-                "fixed on branch crossformat-validate")
-#: (check, source, destination) → reason, for cells failing on a defect fixed on another branch
+#: (check, source, destination) → reason, for cells failing on a known, documented limit
 KNOWN: dict[tuple[str, str, str], str] = {}
-for _d in ("kafka-canal-json", "kafka-open-protocol", "storage-canal-json"):
-    KNOWN[("rows", "storage-csv", _d)] = _CSV_ENUM
-for _s, _d in itertools.product(FORMATS, FORMATS):
-    if "kafka-avro" in (_s, _d):
-        KNOWN[("commit_ts", _s, _d)] = _AVRO_DELETE
-        if _d.startswith("storage-"):
-            KNOWN[("ddl", _s, _d)] = _AVRO_DELETE
 
 
 #: found by the matrix: two tasks (one per table) of a storage source write into one storage destination
