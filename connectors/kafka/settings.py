@@ -18,6 +18,8 @@ from confluent_kafka import KafkaException
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType, option_bool
 
+from .clientlog import CLIENT_LOG
+
 PLUGIN = "kafka"
 T = TypeVar("T")
 PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json")
@@ -72,6 +74,9 @@ _COMMON: dict[str, Parameter] = {
                                 type=ParamType.BOOL),
     "max-message-bytes": _p("Largest Kafka message (key + value) written or accepted.", type=ParamType.INT,
                             greater_than=0),
+    "schema-registry-timeout": _p("Bound of one schema registry request (connect, send, answer); a registry "
+                                  "not answering within it is an outage, never a record's fault.",
+                                  type=ParamType.DURATION, default="10s"),
     "kafka.*": _p("librdkafka client property, passed through without the prefix (SASL, TLS, ...)."),
     "kafka.sasl.password": _p("SASL password (secret).", secret=True),
     "kafka.ssl.key.password": _p("TLS key password (secret).", secret=True),
@@ -87,6 +92,9 @@ SOURCE_PARAMS: dict[str, Parameter] = {
                       "release rows up to the global resolved ts in commit-ts order (one engine partition).",
                       inclusion=CONSISTENCY),
     "poll-timeout": _p("How long one read waits for messages.", type=ParamType.DURATION, default="100ms"),
+    "broker-timeout": _p("How long the source waits for a broker that does not answer (metadata at start, "
+                         "high watermarks while quiet, failing offset commits) before it fails with the "
+                         "broker named.", type=ParamType.DURATION, default="30s"),
 }
 
 DESTINATION_PARAMS: dict[str, Parameter] = {
@@ -141,6 +149,8 @@ class KafkaSettings:
     read_from: str = "earliest"
     consistency: str = "row"
     poll_timeout: float = 0.1
+    broker_timeout: float = 30.0
+    schema_registry_timeout: float = 10.0
     delivery_timeout: float = 60.0
     large_message_handle_option: str = "none"
     client: dict[str, str] = field(default_factory=dict)  # librdkafka properties
@@ -257,6 +267,17 @@ def _int(plugin: str, name: str, value: Any) -> int:
     return n
 
 
+def _seconds(plugin: str, name: str, value: Any) -> float:
+    """A duration (already seconds after ``params.validate``) that must be positive."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(plugin, name, "type", f"value {value!r} is not a duration") from None
+    if n <= 0:
+        raise ConfigError(plugin, name, "greater-than", f"value {value!r} must be longer than 0")
+    return n
+
+
 def _choice(plugin: str, name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ConfigError(plugin, name, "inclusion", f"value {value!r} must be one of {', '.join(allowed)}")
@@ -298,6 +319,8 @@ def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> Kafka
         s.max_message_bytes = _int(plugin, "max-message-bytes", merged["max-message-bytes"])
     if merged.get("schema-registry"):
         s.schema_registry = str(merged["schema-registry"])
+    if merged.get("schema-registry-timeout") is not None:
+        s.schema_registry_timeout = _seconds(plugin, "schema-registry-timeout", merged["schema-registry-timeout"])
     s.client = {k[len("kafka."):]: str(v) for k, v in merged.items() if k.startswith("kafka.") and v is not None}
 
     if s.avro_enable_watermark and not s.enable_tidb_extension:
@@ -330,6 +353,8 @@ def _resolve_source(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str)
     s.consistency = _choice(plugin, "consistency", str(merged.get("consistency") or "row"), CONSISTENCY)
     if merged.get("poll-timeout") is not None:
         s.poll_timeout = float(merged["poll-timeout"])
+    if merged.get("broker-timeout") is not None:
+        s.broker_timeout = _seconds(plugin, "broker-timeout", merged["broker-timeout"])
     if s.consistency == "transaction" and not s.carries_resolved:
         why = {
             "canal-json": "canal-json has watermarks only with enable-tidb-extension=true",
@@ -382,8 +407,9 @@ def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin:
 
 
 def client_config(s: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    """librdkafka configuration: bootstrap servers, ``extra`` defaults, then the user's ``kafka.*`` (which win)."""
-    conf: dict[str, Any] = {"bootstrap.servers": s.servers, **extra}
+    """librdkafka configuration: bootstrap servers, cdcflow's logger, ``extra`` defaults, then the
+    user's ``kafka.*`` (which win)."""
+    conf: dict[str, Any] = {"bootstrap.servers": s.servers, "logger": CLIENT_LOG, **extra}
     conf.update(s.client)
     return conf
 
