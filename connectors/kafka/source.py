@@ -25,6 +25,7 @@ or past the high watermark, never when it is below.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Sequence
 
@@ -650,11 +651,23 @@ class KafkaSource(Source):
 
     def teardown(self) -> None:
         consumer, self._consumer = getattr(self, "_consumer", None), None
-        if consumer is not None:
+        if consumer is None:
+            return
+
+        def close() -> None:
             try:
                 consumer.close()
             except Exception:  # noqa: BLE001 - closing after a failure must not hide it
                 log.debug("consumer close failed", exc_info=True)
+
+        # librdkafka's close has no timeout and waits for offset commits queued for a group
+        # coordinator that is gone: bounded here, the rest is left to finish in the background
+        closer = threading.Thread(target=close, name=f"kafka-close-{self.id}", daemon=True)
+        closer.start()
+        closer.join(min(10.0, self.settings.broker_timeout))
+        if closer.is_alive():
+            log.warning("kafka source %s: closing the consumer on %s did not finish within %gs; left to finish "
+                        "in the background", self.id, self.settings.servers, min(10.0, self.settings.broker_timeout))
 
     # informative for progress displays
     def buffered(self) -> int:
