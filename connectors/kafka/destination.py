@@ -7,7 +7,9 @@ everywhere when the extension is on. A batch is encoded first, then produced
 on an idempotent producer; ``write`` returns after every delivery report, and a
 record is written only when all messages it went into were delivered. Records
 that cannot be encoded, exceed ``max-message-bytes`` or whose schema the
-registry refuses (409) are that record's error → DLQ with the reason.
+registry refuses (409) are that record's error → DLQ with the reason. A broker
+or registry that fails is nobody's record's fault: an ``InfrastructureError``
+(``KafkaDestinationError``, ``RegistryUnavailableError``) fails the whole batch.
 """
 
 from __future__ import annotations

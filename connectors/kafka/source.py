@@ -343,6 +343,8 @@ class KafkaSource(Source):
         fail once ``broker-timeout`` passes without a message or that confirmation."""
         s = self.settings
         while True:
+            if self._commit_failed is not None:
+                self._recommit()  # its answer comes with the next poll
             why = self._behind()
             if why is None:
                 self._verify = False

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 
@@ -474,13 +475,12 @@ pipelines:
 
 
 def saved_offsets(state: Path, pipeline_id: str) -> dict[int, int]:
-    """Kafka partition -> next offset the saved position continues at."""
+    """Kafka partition -> next offset the saved position of source ``in`` continues at (row mode)."""
     out = {}
     for f in (state / "positions" / pipeline_id / "in").glob("*.json"):
         pos = json.loads(f.read_text())["position"]
-        if pos is not None:
-            part = int(f.stem.rsplit(":", 1)[-1].rsplit("%3A", 1)[-1].rsplit("3A", 1)[-1])
-            out[part] = json.loads(base64.b64decode(pos))[1]
+        if pos is not None:  # file name: the engine partition "topic:N", URL-quoted
+            out[int(urllib.parse.unquote(f.stem).rsplit(":", 1)[1])] = json.loads(base64.b64decode(pos))[1]
     return out
 
 

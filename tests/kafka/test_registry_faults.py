@@ -11,9 +11,7 @@ naming the registry, and a re-run after the registry is back delivers every row.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_broker_faults import saved_offsets
 from test_pipeline_kafka import OPTIONS, REPO, lines, orders, pipeline_file, produce, start_run
 
 from cdcflow.connectors.ticdc.avro import AvroDecoder
@@ -86,11 +85,7 @@ def registry(tmp_path):
 
 def saved_offset(state: Path, pipeline: str) -> int:
     """Next offset of the single source partition's saved position (-1 when none)."""
-    files = list((state / "positions" / pipeline / "in").glob("*.json"))
-    if not files:
-        return -1
-    pos = json.loads(files[0].read_text())["position"]
-    return -1 if pos is None else json.loads(base64.b64decode(pos))[1]
+    return saved_offsets(state, pipeline).get(0, -1)
 
 
 def kafka_to_kafka(servers: str, upstream: str, downstream: str, src: str, out_rule: str, dlq: Path) -> str:
