@@ -54,6 +54,7 @@ _QUIET_CHECK = 5.0  # seconds without a message before asking whether the topics
 _ASK_TIMEOUT = 5.0  # longest wait for one watermark answer (a frozen broker never answers)
 _FRAME_SLACK = 512  # protocol overhead librdkafka needs on top of the largest message it fetches
 _FETCH_MAX = 52_428_800  # librdkafka's default fetch.max.bytes
+_KEY_ROOM = 65_536  # key bytes a message may add to its value before its size is checked one by one
 
 
 class KafkaSourceError(CdcflowError):
@@ -288,13 +289,14 @@ class KafkaSource(Source):
         msgs = self._consumer.consume(num_messages=max(1, max_messages), timeout=timeout)
         if msgs:
             self._last_message = time.monotonic()
-            limit = self._max_bytes
             for m in msgs:
                 if m.error() is not None:
                     msgs = self._without_errors(msgs)
                     break
-            for m in msgs:
-                if len(m) > limit or (m.key() is not None and len(m) + len(m.key()) > limit):
+            # values first, in one C-level pass (a per-message loop costs ~3% of reading); keys are
+            # counted only when a value comes near the limit: a TiDB handle key is at most 12 KiB
+            if msgs and max(map(len, msgs)) > self._max_bytes - _KEY_ROOM:
+                for m in msgs:
                     self._refuse_size(m)
         elif time.monotonic() - max(self._last_message, self._topics_checked) > _QUIET_CHECK:
             self._check_topics()
