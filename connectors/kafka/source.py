@@ -678,4 +678,4 @@ class KafkaSource(Source):
         return self._buffer.buffered() if getattr(self, "_buffer", None) is not None else 0
 
 
-__all__ = ["KafkaSource", "KafkaSourceError", "ALL_PARTITIONS", "CONTROL_RESOLVED"]
+__all__ = ["KafkaSource", "KafkaSourceError", "KafkaPartitionUnavailableError", "ALL_PARTITIONS", "CONTROL_RESOLVED"]
