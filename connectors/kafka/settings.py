@@ -257,24 +257,14 @@ def _client_security(opts: dict[str, str], rules: dict[str, str], ssl_scheme: bo
                           f"compression {compression!r} must be one of {', '.join(COMPRESSIONS)}")
 
 
-def _int(plugin: str, name: str, value: Any) -> int:
+def _positive(plugin: str, name: str, value: Any, kind: type = int) -> Any:
+    """A positive number; ``kind=float`` for durations (already seconds after ``params.validate``)."""
     try:
-        n = int(value)
+        n = kind(value)
     except (TypeError, ValueError):
-        raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid int") from None
+        raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid {kind.__name__}") from None
     if n <= 0:
-        raise ConfigError(plugin, name, "greater-than", f"value {n} must be greater than 0")
-    return n
-
-
-def _seconds(plugin: str, name: str, value: Any) -> float:
-    """A duration (already seconds after ``params.validate``) that must be positive."""
-    try:
-        n = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(plugin, name, "type", f"value {value!r} is not a duration") from None
-    if n <= 0:
-        raise ConfigError(plugin, name, "greater-than", f"value {value!r} must be longer than 0")
+        raise ConfigError(plugin, name, "greater-than", f"value {n:g} must be greater than 0")
     return n
 
 
@@ -316,11 +306,12 @@ def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> Kafka
     s.only_output_updated_columns = option_bool(plugin, "only-output-updated-columns",
                                           merged.get("only-output-updated-columns", False))
     if merged.get("max-message-bytes") is not None:
-        s.max_message_bytes = _int(plugin, "max-message-bytes", merged["max-message-bytes"])
+        s.max_message_bytes = _positive(plugin, "max-message-bytes", merged["max-message-bytes"])
     if merged.get("schema-registry"):
         s.schema_registry = str(merged["schema-registry"])
     if merged.get("schema-registry-timeout") is not None:
-        s.schema_registry_timeout = _seconds(plugin, "schema-registry-timeout", merged["schema-registry-timeout"])
+        s.schema_registry_timeout = _positive(plugin, "schema-registry-timeout", merged["schema-registry-timeout"],
+                                              float)
     s.client = {k[len("kafka."):]: str(v) for k, v in merged.items() if k.startswith("kafka.") and v is not None}
 
     if s.avro_enable_watermark and not s.enable_tidb_extension:
@@ -354,7 +345,7 @@ def _resolve_source(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str)
     if merged.get("poll-timeout") is not None:
         s.poll_timeout = float(merged["poll-timeout"])
     if merged.get("broker-timeout") is not None:
-        s.broker_timeout = _seconds(plugin, "broker-timeout", merged["broker-timeout"])
+        s.broker_timeout = _positive(plugin, "broker-timeout", merged["broker-timeout"], float)
     if s.consistency == "transaction" and not s.carries_resolved:
         why = {
             "canal-json": "canal-json has watermarks only with enable-tidb-extension=true",
@@ -381,13 +372,13 @@ def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin:
     if s.columns and s.partition != "columns":
         raise ConfigError(plugin, "columns", "columns-dispatcher", "columns applies to partition=columns only")
     if merged.get("partition-num") is not None:
-        s.partition_num = _int(plugin, "partition-num", merged["partition-num"])
+        s.partition_num = _positive(plugin, "partition-num", merged["partition-num"])
         s.partition_num_set = True
     if merged.get("replication-factor") is not None:
-        s.replication_factor = _int(plugin, "replication-factor", merged["replication-factor"])
+        s.replication_factor = _positive(plugin, "replication-factor", merged["replication-factor"])
     s.auto_create_topic = option_bool(plugin, "auto-create-topic", merged.get("auto-create-topic", True))
     if merged.get("max-batch-size") is not None:
-        s.max_batch_size = _int(plugin, "max-batch-size", merged["max-batch-size"])
+        s.max_batch_size = _positive(plugin, "max-batch-size", merged["max-batch-size"])
     if merged.get("delivery-timeout") is not None:
         s.delivery_timeout = float(merged["delivery-timeout"])
     option = str(merged.get("large-message-handle-option") or "none")
