@@ -21,14 +21,16 @@ def registry_for(s: KafkaSettings) -> Any:
 
     With a ``schema-registry`` URL: the REST client (Confluent or cdcflow's built-in
     registry, ``user:password@`` in the URL for basic auth). Without: the built-in
-    schema store of this run, shared by every process through its SQLite file.
+    schema store of this run, shared by every process through its SQLite file. Every request is
+    bounded by ``schema-registry-timeout``; an unreachable registry raises
+    ``RegistryUnavailableError`` (an ``InfrastructureError``), which the codecs let through.
     """
     if s.schema_registry:
         try:
             from cdcflow.schemaregistry.client import RegistryClient
         except ModuleNotFoundError as e:  # pragma: no cover - the client ships with cdcflow
             raise ConfigError(PLUGIN, "schema-registry", "client", f"schema registry client unavailable: {e}") from e
-        return RegistryClient(s.schema_registry)
+        return RegistryClient(s.schema_registry, timeout=s.schema_registry_timeout)
     from cdcflow.schemas import default_store
 
     return StoreRegistry(default_store())

@@ -7,7 +7,9 @@ everywhere when the extension is on. A batch is encoded first, then produced
 on an idempotent producer; ``write`` returns after every delivery report, and a
 record is written only when all messages it went into were delivered. Records
 that cannot be encoded, exceed ``max-message-bytes`` or whose schema the
-registry refuses (409) are that record's error → DLQ with the reason.
+registry refuses (409) are that record's error → DLQ with the reason. A broker
+or registry that fails is nobody's record's fault: an ``InfrastructureError``
+(``KafkaDestinationError``, ``RegistryUnavailableError``) fails the whole batch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcflow.convert import jsonform
-from cdcflow.errors import CdcflowError
+from cdcflow.errors import CdcflowError, InfrastructureError
 from cdcflow.record import META_COLLECTION, Record
 from cdcflow.sdk import Destination
 
@@ -33,6 +35,7 @@ from ..ticdc.convert import names_event
 from ..ticdc.open_protocol import MessageTooLarge
 from .codecs import encoder_for
 from .dispatch import dispatcher, table_hash, topic_for
+from .errors import KafkaUnavailableError
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
 
 log = logging.getLogger("cdcflow.connectors.kafka.destination")
@@ -44,8 +47,9 @@ _RECORD_FAULTS = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RE
                             KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG, KafkaError.INVALID_MSG_SIZE})
 
 
-class KafkaDestinationError(CdcflowError):
-    """The batch could not be produced at all (broker unreachable, topic cannot be created)."""
+class KafkaDestinationError(KafkaUnavailableError):
+    """The batch could not be produced at all (broker unreachable, topic missing or not creatable,
+    delivery reports missing or failed for a reason other than the message)."""
 
 
 def _schema_table(r: Record) -> tuple[str, str]:
@@ -82,6 +86,9 @@ class KafkaDestination(Destination):
         self._partitions: dict[str, int] = {}  # topic -> partitions rows are dispatched over
         self._all_partitions: dict[str, int] = {}  # topic -> partitions it has (control events go to all)
 
+    def _unavailable(self, message: str) -> KafkaDestinationError:
+        return KafkaDestinationError(message, servers=self.settings.servers)
+
     # -- topics --------------------------------------------------------------------------
     def _partition_count(self, topic: str) -> int:
         """Partitions rows of ``topic`` are dispatched over: the topic's own count, or ``partition-num``
@@ -99,23 +106,23 @@ class KafkaDestination(Destination):
         try:
             tmd = self._producer.list_topics(topic, timeout=wait).topics.get(topic)
         except KafkaException as e:
-            raise KafkaDestinationError(f"{who}: no metadata for topic {topic!r} from {s.servers} within "
-                                        f"{wait:g}s: {e.args[0].str()}") from None
+            raise self._unavailable(f"{who}: no metadata for topic {topic!r} from {s.servers} within "
+                                    f"{wait:g}s: {e.args[0].str()}") from None
         if tmd is None or tmd.error is not None or not tmd.partitions:
             if not s.auto_create_topic:
-                raise KafkaDestinationError(f"{who}: topic {topic!r} does not exist on {s.servers} and "
-                                            "auto-create-topic is false")
+                raise self._unavailable(f"{who}: topic {topic!r} does not exist on {s.servers} and "
+                                        "auto-create-topic is false")
             futures = self._admin.create_topics([NewTopic(topic, s.partition_num, s.replication_factor)],
                                                 operation_timeout=wait, request_timeout=wait)
             try:
                 futures[topic].result(wait + 5)
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise KafkaDestinationError(f"{who}: cannot create topic {topic!r} on {s.servers}: "
-                                                f"{e.args[0].str()}") from None
+                    raise self._unavailable(f"{who}: cannot create topic {topic!r} on {s.servers}: "
+                                            f"{e.args[0].str()}") from None
             except concurrent.futures.TimeoutError:
-                raise KafkaDestinationError(f"{who}: creating topic {topic!r} on {s.servers} got no answer "
-                                            f"within {wait + 5:g}s") from None
+                raise self._unavailable(f"{who}: creating topic {topic!r} on {s.servers} got no answer "
+                                        f"within {wait + 5:g}s") from None
             deadline = time.monotonic() + wait
             while True:
                 try:
@@ -125,14 +132,14 @@ class KafkaDestination(Destination):
                 if tmd is not None and tmd.error is None and tmd.partitions:
                     break
                 if time.monotonic() > deadline:
-                    raise KafkaDestinationError(f"{who}: topic {topic!r} has no partitions after creating it")
+                    raise self._unavailable(f"{who}: topic {topic!r} has no partitions after creating it")
                 time.sleep(0.05)
         n = self._all_partitions[topic] = len(tmd.partitions)
         if s.partition_num_set:
             if s.partition_num > n:
-                raise KafkaDestinationError(
-                    f"kafka destination {self.id or PLUGIN}: partition-num {s.partition_num} is more than the "
-                    f"{n} partitions topic {topic!r} has")
+                raise self._unavailable(
+                f"kafka destination {self.id or PLUGIN}: partition-num {s.partition_num} is more than the "
+                f"{n} partitions topic {topic!r} has")
             n = s.partition_num
         self._partitions[topic] = n
         return n
@@ -194,8 +201,8 @@ class KafkaDestination(Destination):
                 # control events keep their place: rows before them go out first
                 flush_open_rows()
                 self._plan_control(i, ev, emit)
-            except KafkaDestinationError:
-                raise
+            except InfrastructureError:
+                raise  # broker or registry down: the batch fails, no record is to blame
             except Exception as e:  # noqa: BLE001 - one record's problem goes to the DLQ with its reason
                 errors[i] = f"{type(e).__name__}: {e}"
         flush_open_rows()
@@ -364,13 +371,13 @@ class KafkaDestination(Destination):
             producer.flush(0.5)
             if time.monotonic() > deadline and any(pending.values()):
                 waiting = sorted(f"{t}[{p}]" for (t, p), n in pending.items() if n)
-                raise KafkaDestinationError(
-                    f"kafka destination {self.id or PLUGIN}: {sum(pending.values())} messages undelivered after "
-                    f"{self.settings.delivery_timeout:g}s to {', '.join(waiting[:5])}"
-                    f"{' ...' if len(waiting) > 5 else ''} (brokers {self.settings.servers})")
+                raise self._unavailable(
+                f"kafka destination {self.id or PLUGIN}: {sum(pending.values())} messages undelivered after "
+                f"{self.settings.delivery_timeout:g}s to {', '.join(waiting[:5])}"
+                f"{' ...' if len(waiting) > 5 else ''} (brokers {self.settings.servers})")
         if failed:
-            raise KafkaDestinationError(f"kafka destination {self.id or PLUGIN}: {len(failed)} messages not "
-                                        f"delivered: {failed[0]}")
+            raise self._unavailable(f"kafka destination {self.id or PLUGIN}: {len(failed)} messages not "
+                                    f"delivered: {failed[0]}")
         return errors if any(e is not None for e in errors) else None
 
     def stop(self, last_position: bytes | None) -> None:

@@ -18,6 +18,8 @@ from confluent_kafka import KafkaException
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType, did_you_mean, option_bool
 
+from .clientlog import CLIENT_LOG
+
 PLUGIN = "kafka"
 T = TypeVar("T")
 PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json")
@@ -72,6 +74,9 @@ _COMMON: dict[str, Parameter] = {
                                 type=ParamType.BOOL),
     "max-message-bytes": _p("Largest Kafka message (key + value) written or accepted.", type=ParamType.INT,
                             greater_than=0),
+    "schema-registry-timeout": _p("Bound of one schema registry request (connect, send, answer); a registry "
+                                  "not answering within it is an outage, never a record's fault.",
+                                  type=ParamType.DURATION, default="10s"),
     "kafka.*": _p("librdkafka client property, passed through without the prefix (SASL, TLS, ...)."),
     "kafka.sasl.password": _p("SASL password (secret).", secret=True),
     "kafka.ssl.key.password": _p("TLS key password (secret).", secret=True),
@@ -87,6 +92,9 @@ SOURCE_PARAMS: dict[str, Parameter] = {
                       "release rows up to the global resolved ts in commit-ts order (one engine partition).",
                       inclusion=CONSISTENCY),
     "poll-timeout": _p("How long one read waits for messages.", type=ParamType.DURATION, default="100ms"),
+    "broker-timeout": _p("How long the source waits for a broker that does not answer (metadata at start, "
+                         "high watermarks while quiet, failing offset commits) before it fails with the "
+                         "broker named.", type=ParamType.DURATION, default="30s"),
 }
 
 DESTINATION_PARAMS: dict[str, Parameter] = {
@@ -141,6 +149,8 @@ class KafkaSettings:
     read_from: str = "earliest"
     consistency: str = "row"
     poll_timeout: float = 0.1
+    broker_timeout: float = 30.0
+    schema_registry_timeout: float = 10.0
     delivery_timeout: float = 60.0
     large_message_handle_option: str = "none"
     client: dict[str, str] = field(default_factory=dict)  # librdkafka properties
@@ -248,13 +258,14 @@ def _client_security(opts: dict[str, str], rules: dict[str, str], ssl_scheme: bo
                           f"compression {compression!r} must be one of {', '.join(COMPRESSIONS)}")
 
 
-def _int(plugin: str, name: str, value: Any) -> int:
+def _positive(plugin: str, name: str, value: Any, kind: type = int) -> Any:
+    """A positive number; ``kind=float`` for durations (already seconds after ``params.validate``)."""
     try:
-        n = int(value)
+        n = kind(value)
     except (TypeError, ValueError):
-        raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid int") from None
+        raise ConfigError(plugin, name, "type", f"value {value!r} is not a valid {kind.__name__}") from None
     if n <= 0:
-        raise ConfigError(plugin, name, "greater-than", f"value {n} must be greater than 0")
+        raise ConfigError(plugin, name, "greater-than", f"value {n:g} must be greater than 0")
     return n
 
 
@@ -296,9 +307,12 @@ def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> Kafka
     s.only_output_updated_columns = option_bool(plugin, "only-output-updated-columns",
                                           merged.get("only-output-updated-columns", False))
     if merged.get("max-message-bytes") is not None:
-        s.max_message_bytes = _int(plugin, "max-message-bytes", merged["max-message-bytes"])
+        s.max_message_bytes = _positive(plugin, "max-message-bytes", merged["max-message-bytes"])
     if merged.get("schema-registry"):
         s.schema_registry = str(merged["schema-registry"])
+    if merged.get("schema-registry-timeout") is not None:
+        s.schema_registry_timeout = _positive(plugin, "schema-registry-timeout", merged["schema-registry-timeout"],
+                                              float)
     s.client = {k[len("kafka."):]: str(v) for k, v in merged.items() if k.startswith("kafka.") and v is not None}
 
     if s.avro_enable_watermark and not s.enable_tidb_extension:
@@ -331,6 +345,8 @@ def _resolve_source(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str)
     s.consistency = _choice(plugin, "consistency", str(merged.get("consistency") or "row"), CONSISTENCY)
     if merged.get("poll-timeout") is not None:
         s.poll_timeout = float(merged["poll-timeout"])
+    if merged.get("broker-timeout") is not None:
+        s.broker_timeout = _positive(plugin, "broker-timeout", merged["broker-timeout"], float)
     if s.consistency == "transaction" and not s.carries_resolved:
         why = {
             "canal-json": "canal-json has watermarks only with enable-tidb-extension=true",
@@ -357,13 +373,13 @@ def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin:
     if s.columns and s.partition != "columns":
         raise ConfigError(plugin, "columns", "columns-dispatcher", "columns applies to partition=columns only")
     if merged.get("partition-num") is not None:
-        s.partition_num = _int(plugin, "partition-num", merged["partition-num"])
+        s.partition_num = _positive(plugin, "partition-num", merged["partition-num"])
         s.partition_num_set = True
     if merged.get("replication-factor") is not None:
-        s.replication_factor = _int(plugin, "replication-factor", merged["replication-factor"])
+        s.replication_factor = _positive(plugin, "replication-factor", merged["replication-factor"])
     s.auto_create_topic = option_bool(plugin, "auto-create-topic", merged.get("auto-create-topic", True))
     if merged.get("max-batch-size") is not None:
-        s.max_batch_size = _int(plugin, "max-batch-size", merged["max-batch-size"])
+        s.max_batch_size = _positive(plugin, "max-batch-size", merged["max-batch-size"])
     if merged.get("delivery-timeout") is not None:
         s.delivery_timeout = float(merged["delivery-timeout"])
     option = str(merged.get("large-message-handle-option") or "none")
@@ -383,8 +399,9 @@ def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin:
 
 
 def client_config(s: KafkaSettings, **extra: Any) -> dict[str, Any]:
-    """librdkafka configuration: bootstrap servers, ``extra`` defaults, then the user's ``kafka.*`` (which win)."""
-    conf: dict[str, Any] = {"bootstrap.servers": s.servers, **extra}
+    """librdkafka configuration: bootstrap servers, cdcflow's logger, ``extra`` defaults, then the
+    user's ``kafka.*`` (which win)."""
+    conf: dict[str, Any] = {"bootstrap.servers": s.servers, "logger": CLIENT_LOG, **extra}
     conf.update(s.client)
     return conf
 

@@ -11,11 +11,21 @@ how many events of a multi-event open-protocol message were already returned)
 plus the replay filter's state. Offsets are committed to the consumer group
 only in ``ack``, i.e. after every destination wrote durably; a position-less
 start uses the group's committed offsets, else ``read-from``.
+
+Silence is not idleness until the broker confirms it: a read that gets nothing while the
+source cannot show it is caught up (``lag()`` failed or was not 0, offset commits fail, or
+nothing came for a while) asks the broker for the partitions' high watermarks, and keeps
+reading until the broker confirms nothing waits or ``broker-timeout`` passes without a
+message or an answer: then ``KafkaPartitionUnavailableError`` (an ``InfrastructureError``)
+names the partition and the servers. Tansu 0.6 reports a high watermark as its last batch's
+base offset + 1, below the real end: a partition counts as caught up when the position is at
+or past the high watermark, never when it is below.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Sequence
 
@@ -23,7 +33,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from cdcflow.convert import jsonform
-from cdcflow.errors import CdcflowError
+from cdcflow.errors import CdcflowError, InfrastructureError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
 
@@ -31,6 +41,7 @@ from ..ticdc.errors import CodecError
 from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange, to_record, to_records
 from .codecs import decoder_for
 from .consistency import Dedup, TransactionBuffer
+from .errors import KafkaUnavailableError
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
 from .topics import TopicGone, TopicWatch
 
@@ -40,6 +51,10 @@ ALL_PARTITIONS = "*"
 _ROW, _TXN = "row", "txn"
 _POLL_CHUNK = 500  # messages per consume() call within one read()
 _QUIET_CHECK = 5.0  # seconds without a message before asking whether the topics are still there
+_ASK_TIMEOUT = 5.0  # longest wait for one watermark answer (a frozen broker never answers)
+_FRAME_SLACK = 512  # protocol overhead librdkafka needs on top of the largest message it fetches
+_FETCH_MAX = 52_428_800  # librdkafka's default fetch.max.bytes
+_KEY_ROOM = 65_536  # key bytes a message may add to its value before its size is checked one by one
 
 
 class KafkaSourceError(CdcflowError):
@@ -48,6 +63,15 @@ class KafkaSourceError(CdcflowError):
     def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str):
         self.topic, self.partition, self.offset = topic, partition, offset
         super().__init__(f"kafka source {plugin_id or PLUGIN}: {topic}[{partition}]@{offset}: {message}")
+
+
+class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
+    """A partition cannot be read: broker or coordinator gone, topic gone or recreated, a consumer
+    error, or data the broker has that does not arrive. An outage, never a record's fault."""
+
+    def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str, *, servers: str):
+        KafkaSourceError.__init__(self, plugin_id, topic, partition, offset, message)
+        self.service, self.endpoint = "kafka", servers
 
 
 def _split(partition_id: str) -> tuple[str, int]:
@@ -62,19 +86,28 @@ class KafkaSource(Source):
         self._consumer: Consumer | None = None
         self._last_position: bytes | None = None
         self._outbox: list[Record] = []
+        self._verify = False  # read() must hear from the broker before it may come back empty
+        self._acked: list[TopicPartition] | None = None  # offsets of the last ack, recommitted after a failure
+        self._commit_failed: tuple[float, str] | None = None  # since when commits fail, and why
 
     # -- driver side ---------------------------------------------------------------------
     def _metadata_partitions(self) -> list[str]:
         s = self.settings
         consumer = make_client(Consumer, s, **{"group.id": self._group_id()})
+        who = f"kafka source {self.id or PLUGIN}"
         try:
             out = []
             for topic in s.topics:
-                md = consumer.list_topics(topic, timeout=10)
+                try:
+                    md = consumer.list_topics(topic, timeout=s.broker_timeout)
+                except KafkaException as e:
+                    raise KafkaUnavailableError(
+                        f"{who}: no metadata for topic {topic!r} from {s.servers} within broker-timeout "
+                        f"{s.broker_timeout:g}s: {e.args[0].str()}", servers=s.servers) from None
                 tmd = md.topics.get(topic)
                 if tmd is None or tmd.error is not None or not tmd.partitions:
-                    why = tmd.error if tmd is not None and tmd.error is not None else "no partitions"
-                    raise CdcflowError(f"kafka source {self.id or PLUGIN}: topic {topic!r} on {s.servers}: {why}")
+                    why = tmd.error.str() if tmd is not None and tmd.error is not None else "no partitions"
+                    raise KafkaUnavailableError(f"{who}: topic {topic!r} on {s.servers}: {why}", servers=s.servers)
                 out.extend(f"{topic}:{p}" for p in sorted(tmd.partitions))
             return out
         finally:
@@ -98,10 +131,14 @@ class KafkaSource(Source):
         self._txn = s.consistency == "transaction"
         # prefetch bounded to 32 MiB: a consumer cached in a worker the partition moved away from
         # keeps its queue until it is evicted, and 4 partitions x workers of 256 MiB add up
+        # fetches sized so a message of max-message-bytes fits (larger ones are refused in _check_size)
+        fetch_max = max(_FETCH_MAX, s.max_message_bytes + _FRAME_SLACK)
         self._consumer = make_client(Consumer, s, **{
             "group.id": self._group_id(), "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": s.read_from, "enable.partition.eof": False,
+            "fetch.max.bytes": fetch_max, "receive.message.max.bytes": max(100_000_000, fetch_max + _FRAME_SLACK),
             "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768, "on_commit": self._committed})
+        self._max_bytes = s.max_message_bytes
         parts = self._metadata_partitions() if self._txn or partition in ("", ALL_PARTITIONS) else [partition]
         self._parts = parts
         state = orjson.loads(position) if position else None
@@ -136,10 +173,11 @@ class KafkaSource(Source):
         try:
             self._watch.start(saved_ids, self._assigned)
         except TopicGone as e:
-            raise KafkaSourceError(self.id, e.topic, e.partition, resume.get(f"{e.topic}:{e.partition}", (-1,))[0],
-                                   str(e)) from None
+            raise KafkaPartitionUnavailableError(self.id, e.topic, e.partition,
+                                                 resume.get(f"{e.topic}:{e.partition}", (-1,))[0], str(e),
+                                                 servers=s.servers) from None
         self._tid = orjson.dumps(self._watch.ids.get(self._assigned[0][0])) if not self._txn else b"null"
-        self._last_message = time.monotonic()
+        self._last_message = self._topics_checked = time.monotonic()
         committed = {}
         missing = [p for p in parts if p not in resume]
         if missing:
@@ -149,7 +187,11 @@ class KafkaSource(Source):
                     if tp.offset >= 0:
                         committed[f"{tp.topic}:{tp.partition}"] = tp.offset
             except KafkaException as e:
-                log.warning("kafka source %s: reading committed offsets failed: %s", self.id, e)
+                # without them the partition would start at read-from: a silent jump
+                topic, num = _split(missing[0])
+                raise KafkaPartitionUnavailableError(self.id, topic, num, -1, f"reading the group's committed "
+                                                     f"offsets from {s.servers} failed: {e.args[0].str()}",
+                                                     servers=s.servers) from None
         default = OFFSET_BEGINNING if s.read_from == "earliest" else OFFSET_END
         self._rebuild_until = self._plan_rebuild(parts, resume)
         assign = []
@@ -165,6 +207,7 @@ class KafkaSource(Source):
                 off = default
             assign.append(TopicPartition(topic, num, off))
         self._consumer.assign(assign)
+        self._starts = {f"{tp.topic}:{tp.partition}": tp.offset for tp in assign}
         self._buffer = TransactionBuffer(parts, resume, txn_resolved, txn_frontier) if self._txn else None
         self._emitted_resolved = txn_frontier
         self._ids_json = orjson.dumps(self._watch.ids)
@@ -236,6 +279,8 @@ class KafkaSource(Source):
                 return self._decoder.decode(msg.key(), msg.value())
             value = msg.value()
             return [] if value is None else [jsonform.loads_record(value, self._store)]
+        except InfrastructureError:
+            raise  # the registry is down: the batch fails, the message is not to blame
         except (CodecError, CdcflowError, ValueError) as e:
             raise KafkaSourceError(self.id, msg.topic(), msg.partition(), msg.offset(),
                                    f"cannot decode {proto} message: {e}") from None
@@ -246,31 +291,125 @@ class KafkaSource(Source):
             self._last_message = time.monotonic()
             for m in msgs:
                 if m.error() is not None:
-                    return self._without_errors(msgs)
-        elif time.monotonic() - self._last_message > _QUIET_CHECK:
+                    msgs = self._without_errors(msgs)
+                    break
+            # values first, in one C-level pass (a per-message loop costs ~3% of reading); keys are
+            # counted only when a value comes near the limit: a TiDB handle key is at most 12 KiB
+            if msgs and max(map(len, msgs)) > self._max_bytes - _KEY_ROOM:
+                for m in msgs:
+                    self._refuse_size(m)
+        elif time.monotonic() - max(self._last_message, self._topics_checked) > _QUIET_CHECK:
             self._check_topics()
+            self._verify = True  # quiet for a while: is the broker still there?
         return msgs
+
+    def _refuse_size(self, m) -> None:
+        size = len(m) + (len(m.key()) if m.key() is not None else 0)
+        if size > self._max_bytes:
+            raise KafkaSourceError(self.id, m.topic(), m.partition(), m.offset(), f"message of {size} bytes exceeds "
+                                   f"max-message-bytes {self._max_bytes}")
 
     def _check_topics(self) -> None:
         """A consumer whose topic vanished (or was recreated) gets no error from librdkafka: it just
         never receives anything. So a quiet source asks, and says what happened."""
-        self._last_message = time.monotonic()
+        self._topics_checked = time.monotonic()
         try:
             self._watch.check(self._assigned)
         except TopicGone as e:
-            raise KafkaSourceError(self.id, e.topic, e.partition, -1, str(e)) from None
+            raise KafkaPartitionUnavailableError(self.id, e.topic, e.partition, -1, str(e),
+                                                 servers=self.settings.servers) from None
 
     def _without_errors(self, msgs: list) -> list:
         for m in msgs:
             err = m.error()
             if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                raise KafkaSourceError(self.id, m.topic() or "?", -1 if m.partition() is None else m.partition(),
-                                       -1 if m.offset() is None else m.offset(), f"consumer error: {err}")
+                raise KafkaPartitionUnavailableError(
+                    self.id, m.topic() or "?", -1 if m.partition() is None else m.partition(),
+                    -1 if m.offset() is None else m.offset(), f"consumer error from {self.settings.servers}: {err}",
+                    servers=self.settings.servers)
         return [m for m in msgs if m.error() is None]
 
     def read(self, max_records: int) -> list[Record]:
         if self._consumer is None:
             raise CdcflowError(f"kafka source {self.id or PLUGIN}: read before open")
+        if self._commit_failed is not None:
+            self._recommit()
+        out = self._read(max_records)
+        if not out and self._verify:
+            out = self._read_verified(max_records)
+        return out
+
+    def _read_verified(self, max_records: int) -> list[Record]:
+        """Nothing came although the source could not show it is caught up: read on until records
+        come, or the broker confirms nothing waits behind the position (then ``[]`` is idleness);
+        fail once ``broker-timeout`` passes without a message or that confirmation."""
+        s = self.settings
+        while True:
+            if self._commit_failed is not None:
+                self._recommit()  # its answer comes with the next poll
+            why = self._behind()
+            if why is None:
+                self._verify = False
+                return []
+            quiet = time.monotonic() - self._last_message
+            if quiet > s.broker_timeout:
+                topic, num = self._assigned[0]
+                raise KafkaPartitionUnavailableError(
+                    self.id, topic if len(self._assigned) == 1 else ",".join(self._parts), num, -1,
+                    f"nothing read for {quiet:.0f}s (broker-timeout {s.broker_timeout:g}s) and {why}",
+                    servers=s.servers)
+            out = self._read(max_records)
+            if out:
+                return out
+
+    def _behind(self) -> str | None:
+        """None when the broker answers that nothing waits behind the position, else why not."""
+        try:
+            waiting = self._lag(min(_ASK_TIMEOUT, self.settings.broker_timeout))
+        except KafkaException as e:
+            return f"the broker at {self.settings.servers} does not answer: {e.args[0].str()}"
+        if self._commit_failed is not None:
+            return f"committing offsets fails: {self._commit_failed[1]}"
+        if waiting:
+            return f"{waiting} messages wait behind the position on {self.settings.servers} and do not arrive"
+        return None
+
+    def _lag(self, timeout: float) -> int:
+        """Messages behind the position per the partitions' high watermarks (a lower bound on
+        Tansu, whose high watermark is its last batch's base offset + 1). Raises KafkaException
+        when the broker does not answer within ``timeout``."""
+        consumer = self._consumer
+        tps = [TopicPartition(t, n) for t, n in self._assigned]
+        positions = consumer.position(tps)
+        waiting = 0
+        for tp in positions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
+                                                       cached=False)
+            pos = tp.offset
+            if pos < 0:  # nothing consumed yet: where the assignment starts
+                start = self._starts.get(f"{tp.topic}:{tp.partition}", OFFSET_BEGINNING)
+                pos = start if start >= 0 else (high if start == OFFSET_END else low)
+            waiting += max(0, high - pos)
+        return waiting
+
+    def lag(self) -> int | None:
+        """Messages waiting behind the position (0 = caught up with what the broker has, verified).
+        A broker that does not answer raises ``KafkaPartitionUnavailableError``; either way a
+        non-zero answer makes the next empty ``read`` wait for the broker's confirmation."""
+        if self._consumer is None:
+            return None
+        try:
+            waiting = self._lag(min(_ASK_TIMEOUT, self.settings.broker_timeout))
+        except KafkaException as e:
+            self._verify = True
+            topic, num = self._assigned[0]
+            raise KafkaPartitionUnavailableError(self.id, topic, num, -1, f"high watermark from "
+                                                 f"{self.settings.servers}: {e.args[0].str()}",
+                                                 servers=self.settings.servers) from None
+        self._verify = bool(waiting) or self._commit_failed is not None
+        return waiting
+
+    def _read(self, max_records: int) -> list[Record]:
         want = max_records - len(self._outbox)
         if want > 0:
             if self._txn:
@@ -341,6 +480,8 @@ class KafkaSource(Source):
                     if value is None:
                         continue
                     ev = decode(value) if decode is not None else jsonform.loads_record(value, self._store)
+            except InfrastructureError:
+                raise  # the registry is down: the batch fails, the message is not to blame
             except (CodecError, CdcflowError, ValueError) as e:
                 raise KafkaSourceError(self.id, m.topic(), m.partition(), m.offset(),
                                        f"cannot decode {proto} message: {e}") from None
@@ -465,33 +606,76 @@ class KafkaSource(Source):
             offsets = [TopicPartition(topic, num, state[1])]
         else:
             offsets = [TopicPartition(*_split(p), v[0]) for p, v in state[1].items()]
-        # asynchronous: the engine's saved position is authoritative and the group offset a courtesy,
-        # so a stalled broker must not hold the task (a synchronous commit has no timeout)
+        self._acked = offsets
+        self._commit(offsets)
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        # asynchronous: a stalled broker must not hold the task (a synchronous commit has no timeout);
+        # a failure is reported to ``_committed`` and fails the source if it lasts (see ``_recommit``)
         try:
             self._consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as e:
-            log.warning("kafka source %s: committing offsets %s failed: %s", self.id, offsets, e)
+            self._commit_failure(str(e.args[0].str()))
 
     def _committed(self, err, partitions) -> None:
         """Asynchronous commit result (served by the consumer's next poll)."""
         failed = [tp for tp in partitions or () if tp.error is not None]
         if err is not None or failed:
-            log.warning("kafka source %s: committing offsets failed: %s", self.id, err or failed[0].error)
+            self._commit_failure(str(err.str() if err is not None else failed[0].error.str()))
+        elif self._commit_failed is not None:
+            log.info("kafka source %s: committing offsets works again", self.id)
+            self._commit_failed = None
+
+    def _commit_failure(self, why: str) -> None:
+        """A failed commit: the broker or the group coordinator is gone. Retried with the latest
+        acknowledged offsets (``_recommit``); one lasting ``broker-timeout`` fails the source."""
+        if self._commit_failed is None:
+            log.warning("kafka source %s: committing offsets to %s failed: %s", self.id, self.settings.servers, why)
+            self._commit_failed = (time.monotonic(), why)
+            self._last_recommit = time.monotonic()
+        else:
+            self._commit_failed = (self._commit_failed[0], why)
+        self._verify = True
+
+    def _recommit(self) -> None:
+        since, why = self._commit_failed
+        now = time.monotonic()
+        if now - since > self.settings.broker_timeout:
+            topic, num = self._assigned[0]
+            raise KafkaPartitionUnavailableError(
+                self.id, topic, num, -1, f"committing offsets to group {self._group_id()!r} on "
+                f"{self.settings.servers} has failed for {now - since:.0f}s (broker-timeout "
+                f"{self.settings.broker_timeout:g}s): {why}", servers=self.settings.servers)
+        if self._acked and now - self._last_recommit >= 1.0:
+            self._last_recommit = now
+            self._commit(self._acked)
 
     def stop(self) -> bytes | None:
         return self._last_position
 
     def teardown(self) -> None:
         consumer, self._consumer = getattr(self, "_consumer", None), None
-        if consumer is not None:
+        if consumer is None:
+            return
+
+        def close() -> None:
             try:
                 consumer.close()
             except Exception:  # noqa: BLE001 - closing after a failure must not hide it
                 log.debug("consumer close failed", exc_info=True)
+
+        # librdkafka's close has no timeout and waits for offset commits queued for a group
+        # coordinator that is gone: bounded here, the rest is left to finish in the background
+        closer = threading.Thread(target=close, name=f"kafka-close-{self.id}", daemon=True)
+        closer.start()
+        closer.join(min(10.0, self.settings.broker_timeout))
+        if closer.is_alive():
+            log.warning("kafka source %s: closing the consumer on %s did not finish within %gs; left to finish "
+                        "in the background", self.id, self.settings.servers, min(10.0, self.settings.broker_timeout))
 
     # informative for progress displays
     def buffered(self) -> int:
         return self._buffer.buffered() if getattr(self, "_buffer", None) is not None else 0
 
 
-__all__ = ["KafkaSource", "KafkaSourceError", "ALL_PARTITIONS", "CONTROL_RESOLVED"]
+__all__ = ["KafkaSource", "KafkaSourceError", "KafkaPartitionUnavailableError", "ALL_PARTITIONS", "CONTROL_RESOLVED"]

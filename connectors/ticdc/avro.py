@@ -27,7 +27,7 @@ from fastavro.validation import validate as _fastavro_validate
 
 from cdcflow.avro_codegen import Generator, Unsupported
 from cdcflow.avro_values import codec_for
-from cdcflow.errors import ConfigError, ConversionError, SchemaError
+from cdcflow.errors import ConfigError, ConversionError, InfrastructureError, SchemaError
 from cdcflow.record import Record
 from cdcflow.tidb import (
     BINARY_TYPES,
@@ -688,6 +688,8 @@ class AvroEncoder:
     def _register(self, subject: str, text: str) -> int:
         try:
             return int(self.registry.register(subject, text))
+        except InfrastructureError:
+            raise  # the registry is down: the batch fails, no record is to blame
         except SchemaError as e:
             raise UnsupportedEvent(CODEC, subject, f"registry refused the schema: {e}") from None
 
@@ -1126,7 +1128,7 @@ class AvroDecoder:
                     return fast(key, commit_ts, DELETE)
                 except Exception:  # noqa: BLE001 - as above
                     pass
-        if value is None or len(value) == 0:
+        if value is None:
             if key is None:
                 raise MalformedMessage(CODEC, None, "message has neither key nor value")
             kid, kbody = self._frame(key, "key")
@@ -1135,6 +1137,8 @@ class AvroDecoder:
             if plan.fast is not None and not plan.extension and type(key) is bytes and len(self._fast_delete) < 4096:
                 self._fast_delete[key[:5]] = plan.fast
             return RowChange(plan.table, DELETE, commit_ts or 0, row)
+        if not value:  # a tombstone is a missing value; an empty one is not a DELETE but broken
+            raise MalformedMessage(CODEC, "value byte 0", "value is empty (0 bytes); a DELETE has no value at all")
         first = value[0]
         if key is None and first == DDL_BYTE:
             return self._ddl(value)
@@ -1201,6 +1205,8 @@ class AvroDecoder:
             return hit
         try:
             text = self.registry.schema_by_id(schema_id)
+        except InfrastructureError:
+            raise  # the registry is down, not the message wrong: never this record's error
         except (SchemaError, KeyError, LookupError) as e:
             raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not in the registry: {e}",
                                 schema_id=schema_id) from None

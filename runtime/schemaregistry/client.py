@@ -6,6 +6,14 @@ Ids and texts are cached: an id never changes meaning, and a (subject, text)
 pair that was registered once keeps its id. The client pickles (Spark ships it
 to executors); the HTTP connection pool is rebuilt on the other side.
 
+Which failures are whose: a registry that cannot be reached (connection refused, timeout,
+DNS), answers 5xx or 429, refuses the credentials (401/403), or answers what is not a
+registry's answer (non-JSON, a 404 without a Confluent error code) is an outage,
+``RegistryUnavailableError`` — a ``cdcflow.errors.InfrastructureError``, never a record's
+fault. Only what the registry *answers* about the schema itself (409 incompatible, 422
+invalid, 40403 no such id) is a ``RegistryError`` a codec turns into that record's error.
+Every request is bounded by ``timeout`` (connect, read, write and pool wait).
+
 Basic auth comes from the URL (``http://user:p%40ss@host:8081``, URL-encoded as
 TiCDC accepts it) or from ``auth=(user, password)``; it never appears in
 ``url``, ``repr`` or error messages.
@@ -50,8 +58,9 @@ class RegistryUnavailableError(RegistryError, InfrastructureError):
         self.service, self.endpoint = "schema-registry", kw.get("url")
 
 
-class RegistryAuthError(RegistryError):
-    """401/403: missing or wrong credentials."""
+class RegistryAuthError(RegistryUnavailableError):
+    """401/403: missing or wrong credentials. The registry is unusable for every record alike, so it
+    is an outage of the service as this pipeline is configured, not a record's fault."""
 
 
 class SubjectNotFoundError(RegistryError):
@@ -81,6 +90,10 @@ _BY_CODE = {40401: SubjectNotFoundError, 40402: VersionNotFoundError, 40403: Sch
 def _error_class(status: int, code: int | None) -> type[RegistryError]:
     if status in (401, 403):
         return RegistryAuthError
+    if status >= 500 or status in (408, 429) or (status == 404 and code is None):
+        # the service failing, overloaded, or not a registry at this URL (a Confluent registry
+        # always names an error code): an outage, whatever the request was about
+        return RegistryUnavailableError
     if code in _BY_CODE:
         return _BY_CODE[code]
     if status == 409:
@@ -178,8 +191,9 @@ class RegistryClient:
         try:
             return response.json()
         except ValueError:
-            raise RegistryError(f"registry answered {method} {path} with non-JSON: {response.text[:200]!r}",
-                                status=response.status_code, subject=subject, url=self.url) from None
+            raise RegistryUnavailableError(f"registry answered {method} {path} with non-JSON: "
+                                           f"{response.text[:200]!r}", status=response.status_code,
+                                           subject=subject, url=self.url) from None
 
     @staticmethod
     def _subject_path(subject: str) -> str:

@@ -226,3 +226,28 @@ class _Watched:
 
     def __getitem__(self, i):
         return self.queue[i]
+
+
+def test_every_setting_is_documented():
+    """Every setting the connector accepts has its row (or mention) in docs/connector-kafka.md
+    (before: content-compatible and only-output-updated-columns were missing)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "connector-kafka.md").read_text()
+    missing = sorted(n for n in {*SOURCE_PARAMS, *DESTINATION_PARAMS} if f"`{n}`" not in doc)
+    assert not missing, missing
+
+
+def test_librdkafka_lines_are_logged_once_as_warnings_at_most(caplog):
+    import logging
+
+    from cdcflow.connectors.kafka.clientlog import ClientLog
+
+    log = ClientLog(logging.getLogger("test.librdkafka"))
+    with caplog.at_level(logging.DEBUG, logger="test.librdkafka"):
+        for ms in (0, 3, 0):  # librdkafka's repeats differ in their numbers only
+            log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1",
+                    f"Connect to ipv4#127.0.0.1:1 failed: Connection refused (after {ms}ms in state CONNECT)")
+        log.log(logging.INFO, "other line")
+    levels = [(r.levelno, r.getMessage()[:20]) for r in caplog.records]
+    assert [lv for lv, _ in levels] == [logging.WARNING, logging.DEBUG, logging.DEBUG, logging.INFO], levels
