@@ -1,0 +1,257 @@
+"""What the ``storage`` destination does when a record, the disk or the object store is at fault.
+
+A record whose own content cannot be stored (a schema name too long for a path) is nacked
+with the reason and goes to the DLQ; the rest of its batch is written, and a re-run does not
+trip over it again. A full or read-only disk, a missing bucket or a stalled endpoint is
+never a record's fault: ``write`` raises ``InfrastructureError`` (service and endpoint named,
+no secret) and returns no per-record errors. Faults are produced for real: tmpfs mounts
+(full, read-only), a SIGSTOPped moto server, a SIGKILLed writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cdcflow.connectors.storage.writer import StorageUnavailableError
+from cdcflow.connectors.ticdc.events import RowChange, from_record, to_record
+from cdcflow.convert.jsonform import dumps_lines
+from cdcflow.durable import remove_stale_temps
+from cdcflow.errors import InfrastructureError
+from cdcflow.schemas import SchemaStore, default_store
+
+from storage_helpers import make_destination, read_all
+from test_engine import _s3_lake, run
+from test_roundtrip import FORMATS, _comparable, _generated
+
+LONG = "d" * 300  # a schema name no file system or object key segment takes (NAME_MAX is 255 bytes)
+
+
+def _rows(n: int, schema: str | None = None) -> list:
+    store = default_store()
+    events = [from_record(r, store) for r in _generated(n)]
+    if schema is not None:
+        events = [dataclasses.replace(e, table=dataclasses.replace(e.table, schema=schema, index={}))
+                  for e in events]
+    return events
+
+
+DLQ_PIPELINE = """\
+version: "2.2"
+engine:
+  batch-size: 100
+pipelines:
+  - id: poison
+    connectors:
+      - id: src
+        type: source
+        plugin: builtin:file
+        settings:
+          path: "{src}"
+      - id: lake
+        type: destination
+        plugin: builtin:storage
+        settings:
+{lake}
+    dead-letter-queue:
+      plugin: builtin:file
+      settings:
+        path: "{dlq}"
+      window-size: 0
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_schema_name_too_long_goes_to_the_dlq_and_the_batch_is_written(spark, tmp_path, request, where):
+    state = tmp_path / "state"
+    state.mkdir()
+    store = SchemaStore(str(state / "schemas.sqlite"))  # the store the engine's executors use
+    good = _rows(60)
+    poison = _rows(1, schema=LONG)[0]
+    events = good[:30] + [poison] + good[30:]
+    records = [to_record(e, str(i).encode(), store) for i, e in enumerate(events)]
+    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records, store))
+    uri, extra = _s3_lake(request) if where == "s3" else (str(tmp_path / "lake"), {})
+    lake = {"uri": uri, **FORMATS["csv"], **extra}
+    path = tmp_path / "p.yaml"
+    path.write_text(DLQ_PIPELINE.format(src=tmp_path / "in.jsonl", dlq=tmp_path / "dlq.jsonl",
+                                        lake="\n".join(f'          {k}: "{v}"' for k, v in lake.items())))
+
+    outcome = run(str(path), state)
+    assert outcome.totals.total_written() == len(good)
+    dlq = (tmp_path / "dlq.jsonl").read_bytes().splitlines()
+    assert len(dlq) == 1
+    assert b"UnsafeNameError" in dlq[0] and b"too long" in dlq[0]
+    assert orjson.loads(dlq[0])["position"] is not None
+    got = sorted(repr(_comparable(from_record(r, default_store()))) for _, r in read_all(lake))
+    assert got == sorted(repr(_comparable(e)) for e in good)
+    again = run(str(path), state)  # the nacked record was settled: a re-run passes it by
+    assert again.totals.total_written() == 0
+
+
+# ---------------------------------------------------------------- the disk
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a small tmpfs; yields (mount point, remount(options))."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+
+    def remount(options: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{options}", str(mnt)], check=True)
+
+    try:
+        yield mnt, remount
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _assert_outage(excinfo, service: str, where: str) -> None:
+    e = excinfo.value
+    assert isinstance(e, InfrastructureError) and e.service == service
+    assert e.endpoint and where in e.endpoint and where in str(e)
+
+
+def test_full_disk_fails_the_batch_as_an_infrastructure_error(tmpfs):
+    mnt, _ = tmpfs
+    lake = {"uri": str(mnt / "lake"), **FORMATS["csv"]}
+    dst = make_destination(lake)
+    store = default_store()
+    events = _rows(200)
+    assert dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[:10])]) is None
+    with open(mnt / "filler", "wb") as f:  # fill the disk for real
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    with pytest.raises(StorageUnavailableError) as excinfo:
+        dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)])
+    _assert_outage(excinfo, "disk", str(mnt / "lake"))
+    assert "No space left" in str(excinfo.value)
+
+
+def test_read_only_disk_fails_the_batch_as_an_infrastructure_error(tmpfs):
+    mnt, remount = tmpfs
+    lake = {"uri": str(mnt / "lake"), **FORMATS["csv"]}
+    dst = make_destination(lake)
+    store = default_store()
+    events = _rows(20)
+    assert dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[:10])]) is None
+    remount("ro")
+    with pytest.raises(StorageUnavailableError) as excinfo:
+        dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)])
+    _assert_outage(excinfo, "disk", str(mnt / "lake"))
+    assert "Read-only" in str(excinfo.value)
+
+
+# ---------------------------------------------------------------- the object store
+def test_missing_bucket_fails_the_batch_naming_the_endpoint_without_secrets(moto_server):
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    lake = {"uri": "s3://no-such-bucket-" + uuid.uuid4().hex[:8] + "/lake", **FORMATS["csv"],
+            "s3.endpoint": moto_server, "s3.access-key": "AKIDTESTING", "s3.secret-access-key": secret,
+            "s3.region": "us-east-1"}
+    dst = make_destination(lake)
+    store = default_store()
+    with pytest.raises(StorageUnavailableError) as excinfo:
+        dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(_rows(5))])
+    _assert_outage(excinfo, "object-store", lake["uri"])
+    assert moto_server in excinfo.value.endpoint
+    assert secret not in str(excinfo.value) and "AKIDTESTING" not in str(excinfo.value)
+
+
+@pytest.fixture
+def own_moto():
+    """A moto server of this test's own (it gets SIGSTOPped); yields (endpoint, process)."""
+    from cdcflow.dev.process import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+
+
+def test_stalled_endpoint_fails_within_the_deadline_and_logs_the_wait(own_moto, caplog):
+    import s3fs
+
+    endpoint, proc = own_moto
+    bucket = "b" + uuid.uuid4().hex[:12]
+    s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint},
+                      skip_instance_cache=True).mkdir(bucket)
+    lake = {"uri": f"s3://{bucket}/lake", **FORMATS["csv"], "s3.endpoint": endpoint, "s3.access-key": "testing",
+            "s3.secret-access-key": "testing", "s3.region": "us-east-1", "connect-timeout": "1s",
+            "read-timeout": "4s", "retries": "3", "request-timeout": "8s"}
+    dst = make_destination(lake)
+    store = default_store()
+    events = _rows(20)
+    assert dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[:10])]) is None
+    proc.send_signal(signal.SIGSTOP)
+    caplog.set_level(logging.WARNING, logger="cdcflow.connectors.storage")
+    start = time.monotonic()
+    with pytest.raises(StorageUnavailableError) as excinfo:
+        dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)])
+    took = time.monotonic() - start
+    assert took < 30, f"the stalled endpoint held the write {took:.0f}s"
+    _assert_outage(excinfo, "object-store", f"s3://{bucket}/lake")
+    assert "timed out" in str(excinfo.value)
+    waits = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert waits and f"s3://{bucket}/lake" in waits[0] and endpoint in waits[0]
+
+
+# ---------------------------------------------------------------- a writer killed mid-write
+def test_temp_file_of_a_sigkilled_writer_is_removed_by_the_next_writer(tmp_path):
+    lake = {"uri": str(tmp_path / "lake"), **FORMATS["csv"]}
+    store = default_store()
+    events = _rows(20)
+    dst = make_destination(lake)
+    assert dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[:10])]) is None
+    meta = next(p for p in (tmp_path / "lake").rglob("meta") if (p / "CDC.index").exists())
+    # a writer stopped between writing CDC.index's temporary file and renaming it
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom cdcflow.durable import _write_temp\n"
+        "_write_temp(sys.argv[1], b'CDC000099.csv\\n')\nprint('ready', flush=True)\ntime.sleep(600)\n"),
+        str(meta / "CDC.index")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        temps = [p.name for p in meta.iterdir() if p.name.endswith(".tmp")]
+        assert len(temps) == 1 and temps[0].startswith(".CDC.index.")
+        assert remove_stale_temps(meta) == []  # its writer is alive: left alone
+        assert (meta / temps[0]).exists()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    assert (meta / temps[0]).exists()  # what kill -9 leaves behind
+
+    again = make_destination(lake)  # the next run's writer
+    assert again.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)]) is None
+    assert not [p for p in (tmp_path / "lake").rglob("*.tmp")]
+    got = sorted(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
+    assert got == sorted(repr(_comparable(e)) for e in events)
