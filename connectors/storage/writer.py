@@ -202,32 +202,54 @@ class FileStore:
 
 
 class _Watch:
-    """Logs a call still waiting after ``WAIT_LOG_AFTER`` seconds, then every as long, naming it."""
+    """Registers a call with the process's watchdog, which logs it once it has waited
+    ``WAIT_LOG_AFTER`` seconds, then every as long, naming what it waits for.
 
-    __slots__ = ("_timer", "_op", "_store", "_rel", "_start", "_live")
+    One daemon thread for every call (started with the first): registering costs a dict
+    insert, not a thread per call.
+    """
+
+    __slots__ = ("_key",)
+    _calls: dict[int, list] = {}  # key -> [op, store, rel, start, next log time]
+    _lock = threading.Lock()
+    _thread: threading.Thread | None = None
+    _next = 0
 
     def __init__(self, op: str, store: FileStore, rel: str):
-        self._op, self._store, self._rel = op, store, rel
-        self._start = time.monotonic()
-        self._live = True
-        self._arm()
-
-    def _arm(self) -> None:
-        self._timer = threading.Timer(WAIT_LOG_AFTER, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
-        if not self._live:
-            return
-        deadline = self._store.deadline
-        log.warning("storage: waiting %.0fs for %s %s%s", time.monotonic() - self._start, self._op,
-                    self._store.where(self._rel), f" (gives up after {deadline:g}s)" if deadline else "")
-        self._arm()
+        now = time.monotonic()
+        with _Watch._lock:
+            _Watch._next += 1
+            self._key = _Watch._next
+            _Watch._calls[self._key] = [op, store, rel, now, now + WAIT_LOG_AFTER]
+            if _Watch._thread is None:
+                _Watch._thread = threading.Thread(target=_Watch._run, name="storage-watchdog", daemon=True)
+                _Watch._thread.start()
 
     def done(self) -> None:
-        self._live = False
-        self._timer.cancel()
+        _Watch._calls.pop(self._key, None)
+
+    @staticmethod
+    def _run() -> None:
+        while True:
+            time.sleep(min(1.0, WAIT_LOG_AFTER))
+            now = time.monotonic()
+            for call in list(_Watch._calls.values()):
+                op, store, rel, start, due = call
+                if now >= due:
+                    call[4] = now + WAIT_LOG_AFTER
+                    deadline = store.deadline
+                    log.warning("storage: waiting %.0fs for %s %s%s", now - start, op, store.where(rel),
+                                f" (gives up after {deadline:g}s)" if deadline else "")
+
+    @staticmethod
+    def _after_fork() -> None:
+        """A forked child (Spark's Python workers) has no watchdog thread: the next call starts one."""
+        _Watch._thread = None
+        _Watch._calls = {}
+        _Watch._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_Watch._after_fork)
 
 
 _SCHEME = {"abfs": "azure", "gcs": "gcs", "s3": "s3", "memory": "memory"}
