@@ -41,6 +41,8 @@ from .layout import INDEX_DIR, INDEX_FILE, METADATA_FILE, UnsafeNameError, data_
 
 log = logging.getLogger("cdcflow.connectors.storage")
 
+#: longest object key S3, GCS and Azure Blob take (UTF-8 bytes, bucket or container excluded)
+MAX_KEY_BYTES = 1024
 #: a call waiting this long is logged (then again every as long), naming what it waits for
 WAIT_LOG_AFTER = 5.0
 # errors of the caller's own code: never turned into a service failure
@@ -91,6 +93,12 @@ class FileStore:
             return self.full(rel)
         uri = f"{_SCHEME.get(self.protocol, self.protocol)}://{self.full(rel)}"
         return f"{uri} at {self.endpoint}" if self.endpoint else uri
+
+    def _check_key(self, rel: str) -> None:
+        """Object stores refuse keys over 1024 bytes (not every S3-compatible server says so: checked here)."""
+        key = self.full(rel).split("/", 1)[-1]
+        if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+            raise self._failure("PUT", rel, OSError(errno.ENAMETOOLONG, f"object key longer than {MAX_KEY_BYTES} bytes"))
 
     # -- calls, with their failures sorted by cause
     def _call(self, op: str, rel: str, fn, *args, expected: tuple = (), **kwargs):
@@ -168,6 +176,7 @@ class FileStore:
             self._sweep(rel)
             self._call("write", rel, replace_file, data)
         else:
+            self._check_key(rel)
             self._call("PUT", rel, self.fs.pipe_file, data)
 
     def put_new(self, rel: str, data: bytes) -> bool:
@@ -178,6 +187,7 @@ class FileStore:
         if self.local:
             self._sweep(rel)
             return self._call("write", rel, create_file, data)
+        self._check_key(rel)
         try:
             if self.protocol == "abfs":
                 self._call("PUT", rel, self.fs.pipe_file, data, overwrite=False, expected=FileExistsError)

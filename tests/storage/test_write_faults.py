@@ -255,3 +255,30 @@ def test_temp_file_of_a_sigkilled_writer_is_removed_by_the_next_writer(tmp_path)
     assert not [p for p in (tmp_path / "lake").rglob("*.tmp")]
     got = sorted(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
     assert got == sorted(repr(_comparable(e)) for e in events)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_path_too_long_for_the_store_is_the_error_of_those_rows_only(tmp_path, request, where):
+    """Names within the 255-byte limit under a long root: the disk (PATH_MAX) or S3 (1024-byte keys)
+    refuses the path; those rows are nacked, the other table's rows of the batch are written."""
+    if where == "s3":
+        uri, extra = _s3_lake(request)
+        uri += "/" + "p" * 700
+    else:
+        root = tmp_path
+        for _ in range(15):
+            root = root / ("r" * 250)
+        uri, extra = str(root), {}
+    lake = {"uri": uri, **FORMATS["csv"], **extra}
+    store = default_store()
+    short = _rows(10)
+    long_names = [dataclasses.replace(e, table=dataclasses.replace(e.table, schema="s" * 200, table="t" * 200,
+                                                                   index={})) for e in _rows(10)]
+    events = [e for pair in zip(short, long_names) for e in pair]
+    dst = make_destination(lake)
+    errors = dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events)])
+    assert errors is not None
+    assert [e is None for e in errors] == [True, False] * 10
+    assert all("UnsafeNameError" in e and "cannot be stored" in e for e in errors[1::2])
+    got = sorted(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
+    assert got == sorted(repr(_comparable(e)) for e in short)
