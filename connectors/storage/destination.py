@@ -45,7 +45,7 @@ class StorageDestination(Destination):
 
         s = self.settings
         self._store = default_store()
-        self.files = FileStore.of(s)
+        self.files = FileStore.of(s, writer=True)
         self._dirs: dict[str, DataDirectory] = {}
         self._versions: dict[tuple[str, str], _Version] = {}
         self._pending_ddl: dict[tuple[str, str], DDLEvent] = {}

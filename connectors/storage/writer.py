@@ -68,8 +68,9 @@ class FileStore:
     """
 
     def __init__(self, fs, root: str, local: bool, *, protocol: str = "", deadline: float | None = None,
-                 endpoint: str | None = None):
+                 endpoint: str | None = None, writer: bool = False):
         self.fs = fs
+        self.writer = writer  # a writer also sweeps the directories it lists (see ``_sweep``)
         self.root = root
         self.local = local
         self.protocol = protocol or ("file" if local else _protocol_of(fs))
@@ -78,11 +79,11 @@ class FileStore:
         self._swept: set[str] = set()
 
     @classmethod
-    def of(cls, settings) -> "FileStore":
+    def of(cls, settings, writer: bool = False) -> "FileStore":
         """The store of resolved ``StorageSettings`` (file system opened, timeouts applied)."""
         return cls(settings.open_filesystem(), settings.root, settings.protocol == "file",
                    protocol=settings.protocol, deadline=settings.request_timeout,
-                   endpoint=_public_endpoint(settings.storage_options.get("endpoint_url")))
+                   endpoint=_public_endpoint(settings.storage_options.get("endpoint_url")), writer=writer)
 
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
@@ -141,6 +142,8 @@ class FileStore:
         """(name, is_directory) of the entries of ``rel``; [] when it does not exist."""
         path = self.full(rel)
         if self.local:
+            if self.writer:
+                self._sweep(rel)
             try:
                 return self._call("list", rel, _list_local, expected=_MISSING)
             except (FileNotFoundError, NotADirectoryError):
@@ -173,7 +176,7 @@ class FileStore:
     def put_replace(self, rel: str, data: bytes) -> None:
         """Write a small file that is replaced as a whole (CDC.index, metadata)."""
         if self.local:
-            self._sweep(rel)
+            self._sweep(os.path.dirname(rel))
             self._call("write", rel, replace_file, data)
         else:
             self._check_key(rel)
@@ -185,7 +188,7 @@ class FileStore:
         Atomic on every backend: the store itself refuses an existing name (see the module doc).
         """
         if self.local:
-            self._sweep(rel)
+            self._sweep(os.path.dirname(rel))
             return self._call("write", rel, create_file, data)
         self._check_key(rel)
         try:
@@ -201,13 +204,14 @@ class FileStore:
                 return False
             raise
 
-    def _sweep(self, rel: str) -> None:
-        """On the first local write into a directory, remove what killed writers left there."""
-        directory = os.path.dirname(self.full(rel))
+    def _sweep(self, rel_dir: str) -> None:
+        """The first time a writer writes into (or lists) directory ``rel_dir``, remove the temporary
+        files killed writers left there."""
+        directory = self.full(rel_dir) if rel_dir else self.root
         if directory in self._swept:
             return
         self._swept.add(directory)
-        for name in self._call("sweep", os.path.dirname(rel), lambda _: remove_stale_temps(directory)):
+        for name in self._call("sweep", rel_dir, lambda _: remove_stale_temps(directory)):
             log.info("storage: removed %s, left by a writer that was stopped", os.path.join(directory, name))
 
 
