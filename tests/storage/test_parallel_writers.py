@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -29,6 +28,7 @@ from cdcflow.params import validate
 from cdcflow.schemas import default_store
 
 from storage_helpers import read_all
+from test_engine import pipeline_file
 from test_roundtrip import FORMATS, _comparable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
@@ -97,40 +97,8 @@ def test_concurrent_writers_of_one_data_directory_never_share_a_file(moto_server
 
 
 # ---------------------------------------------------------------- journeys through ``cdcflow run``
-PIPELINE = """\
-version: "2.2"
-engine:
-  batch-size: {batch}
-  master: {master}
-pipelines:
-  - id: {pid}
-    connectors:
-      - id: src
-        type: source
-        plugin: {src_plugin}
-        settings:
-{src}
-      - id: lake
-        type: destination
-        plugin: builtin:storage
-        settings:
-{lake}
-"""
-
-
-def _indent(settings: dict) -> str:
-    return "\n".join(f'          {k}: "{v}"' for k, v in settings.items())
-
-
-def write_pipeline(path: Path, pid: str, src_plugin: str, src: dict, lake: dict, batch: int,
-                   master: str = "local[2]") -> Path:
-    path.write_text(PIPELINE.format(pid=pid, batch=batch, master=master, src_plugin=src_plugin, src=_indent(src),
-                                    lake=_indent(lake)))
-    return path
-
-
-def cdcflow_run(path: Path, state: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(path), "--until-idle",
+def cdcflow_run(path: str, state: Path, master: str = "local[2]") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", path, "--until-idle", "--master", master,
                              "--state-dir", str(state)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -164,13 +132,13 @@ def test_kafka_table_over_three_partitions_to_s3_every_row_once(moto_server, kaf
     assert producer.flush(30) == 0
 
     lake = {"uri": uri, **FORMATS["csv"], **creds}
-    path = write_pipeline(tmp_path / "k.yaml", "kafka-to-s3", "builtin:kafka",
-                          {"servers": kafka_broker, "topics": unique_name, "protocol": "canal-json",
-                           "enable-tidb-extension": "true", "read-from": "earliest"}, lake, batch=50,
-                          master="local[3]")
+    path = pipeline_file(tmp_path / "k.yaml", "kafka-to-s3",
+                         ("builtin:kafka", {"servers": kafka_broker, "topics": unique_name, "protocol": "canal-json",
+                                            "enable-tidb-extension": "true", "read-from": "earliest"}),
+                         ("builtin:storage", lake), batch=50)
     state = tmp_path / "state"
     for _ in range(5):  # --until-idle may end before a consumer's first fetch; a re-run resumes
-        finish(cdcflow_run(path, state))
+        finish(cdcflow_run(path, state, master="local[3]"))  # the 3 partitions' tasks at once
         if len(read_all(lake)) >= len(events):
             break
     decoder = CanalJsonDecoder()
@@ -192,7 +160,8 @@ def test_two_concurrent_runs_on_one_prefix_keep_every_row(moto_server, tmp_path)
     for seed in (31, 32):
         gen = {"format.type": "tidb", "operations": "create", "seed": str(seed), "recordCount": str(count),
                "partitions": "1", "rate": "1500"}
-        path = write_pipeline(tmp_path / f"g{seed}.yaml", f"gen-{seed}", "builtin:generator", gen, lake, batch=40)
+        path = pipeline_file(tmp_path / f"g{seed}.yaml", f"gen-{seed}", ("builtin:generator", gen),
+                             ("builtin:storage", lake), batch=40)
         procs.append(cdcflow_run(path, tmp_path / f"state-{seed}"))
     for proc in procs:
         finish(proc)

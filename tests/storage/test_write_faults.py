@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -25,7 +24,7 @@ import orjson
 import pytest
 
 from cdcflow.connectors.storage.writer import StorageUnavailableError
-from cdcflow.connectors.ticdc.events import RowChange, from_record, to_record
+from cdcflow.connectors.ticdc.events import from_record, to_record
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.durable import remove_stale_temps
 from cdcflow.errors import InfrastructureError
@@ -125,38 +124,32 @@ def _assert_outage(excinfo, service: str, where: str) -> None:
     assert e.endpoint and where in e.endpoint and where in str(e)
 
 
-def test_full_disk_fails_the_batch_as_an_infrastructure_error(tmpfs):
-    mnt, _ = tmpfs
-    lake = {"uri": str(mnt / "lake"), **FORMATS["csv"]}
-    dst = make_destination(lake)
-    store = default_store()
-    events = _rows(200)
-    assert dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[:10])]) is None
-    with open(mnt / "filler", "wb") as f:  # fill the disk for real
+def _fill(mnt: Path) -> None:
+    with open(mnt / "filler", "wb") as f:  # until the disk is full, for real
         try:
             while True:
                 f.write(b"\0" * 65536)
                 f.flush()
         except OSError:
             pass
-    with pytest.raises(StorageUnavailableError) as excinfo:
-        dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)])
-    _assert_outage(excinfo, "disk", str(mnt / "lake"))
-    assert "No space left" in str(excinfo.value)
 
 
-def test_read_only_disk_fails_the_batch_as_an_infrastructure_error(tmpfs):
+@pytest.mark.parametrize("fault,message", [("full", "No space left"), ("read-only", "Read-only")])
+def test_broken_disk_fails_the_batch_as_an_infrastructure_error(tmpfs, fault, message):
     mnt, remount = tmpfs
     lake = {"uri": str(mnt / "lake"), **FORMATS["csv"]}
     dst = make_destination(lake)
     store = default_store()
-    events = _rows(20)
+    events = _rows(200)
     assert dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[:10])]) is None
-    remount("ro")
+    if fault == "full":
+        _fill(mnt)
+    else:
+        remount("ro")
     with pytest.raises(StorageUnavailableError) as excinfo:
         dst.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)])
     _assert_outage(excinfo, "disk", str(mnt / "lake"))
-    assert "Read-only" in str(excinfo.value)
+    assert message in str(excinfo.value)
 
 
 # ---------------------------------------------------------------- the object store
