@@ -372,6 +372,8 @@ class DataDirectory:
             if self.store.put_new(f"{self.rel}/{name}", data):
                 return f"{self.rel}/{name}"
             self.next_index = max(self.next_index, self._past_listed())
+            log.debug("storage: %s was taken by another writer; trying number %d", self.store.where(
+                f"{self.rel}/{name}"), self.next_index)
 
 
 def read_checkpoint(store: FileStore) -> int | None:
