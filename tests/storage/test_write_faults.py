@@ -275,3 +275,47 @@ def test_path_too_long_for_the_store_is_the_error_of_those_rows_only(tmp_path, r
     assert all("UnsafeNameError" in e and "cannot be stored" in e for e in errors[1::2])
     got = sorted(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
     assert got == sorted(repr(_comparable(e)) for e in short)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_path):
+    """``cdcflow run`` writing to S3 when the endpoint stops answering (SIGSTOP) ends with a failure
+    naming the endpoint, instead of hanging; nothing goes to the DLQ."""
+    import boto3
+
+    from test_engine import pipeline_file
+
+    endpoint, moto = own_moto
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    bucket = "b" + uuid.uuid4().hex[:12]
+    client.create_bucket(Bucket=bucket)
+    lake = {"uri": f"s3://{bucket}/lake", **FORMATS["csv"], "s3.endpoint": endpoint, "s3.access-key": "testing",
+            "s3.secret-access-key": "testing", "s3.region": "us-east-1", "connect-timeout": "1s",
+            "read-timeout": "2s", "retries": "2", "request-timeout": "6s"}
+    gen = {"format.type": "tidb", "operations": "create", "seed": "3", "recordCount": "100000", "rate": "400",
+           "partitions": "1"}
+    path = pipeline_file(tmp_path / "p.yaml", "stall", ("builtin:generator", gen), ("builtin:storage", lake), batch=50)
+    proc = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", path, "--until-idle", "--master", "local[1]",
+                             "--state-dir", str(tmp_path / "state")], cwd=Path(__file__).resolve().parents[2],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            keys = client.list_objects_v2(Bucket=bucket).get("KeyCount", 0)
+            if keys >= 6:  # a few data files written: the pipeline is running
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        moto.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        out, _ = proc.communicate(timeout=400)
+        took = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out[-3000:]
+    assert f"s3://{bucket}/lake" in out and endpoint in out, out[-3000:]
+    assert "StorageUnavailableError" in out, out[-3000:]
+    assert took < 300, f"the run took {took:.0f}s to give up"
