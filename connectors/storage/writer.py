@@ -1,7 +1,7 @@
 """File-level writing on any fsspec file system: index reservation, no overwrite, no partial files.
 
-A data, index-named or schema file is created only if its name is free, atomically, on every
-backend, so two writers (Spark tasks, or two runs) can never replace each other's file:
+A data file or schema file is created only if its name is free, atomically, on every backend,
+so two writers (Spark tasks, or two runs) can never replace each other's file:
 
 - local disk: written under a hidden temporary name, fsynced, hard-linked to its final name
   (``link`` fails if the name exists), directory fsynced (``cdcflow.durable``); temporary
@@ -47,8 +47,9 @@ MAX_KEY_BYTES = 1024
 WAIT_LOG_AFTER = 5.0
 # errors of the caller's own code: never turned into a service failure
 _PROGRAM_ERRORS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError, KeyError)
-# object-store answers that mean "that name is taken" to a create-only write
+# what a read of an absent path raises (the caller answers "nothing there")
 _MISSING = (FileNotFoundError, NotADirectoryError)
+# object-store answers that mean "that name is taken" to a create-only write
 _CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "BlobAlreadyExists", "412", "409")
 
 
@@ -70,12 +71,12 @@ class FileStore:
     def __init__(self, fs, root: str, local: bool, *, protocol: str = "", deadline: float | None = None,
                  endpoint: str | None = None, writer: bool = False):
         self.fs = fs
-        self.writer = writer  # a writer also sweeps the directories it lists (see ``_sweep``)
         self.root = root
         self.local = local
         self.protocol = protocol or ("file" if local else _protocol_of(fs))
         self.deadline = deadline if not local and _is_async(fs) else None
         self.endpoint = endpoint
+        self.writer = writer  # a writer also sweeps the directories it lists (see ``_sweep``)
         self._swept: set[str] = set()
 
     @classmethod
