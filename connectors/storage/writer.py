@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -35,6 +36,7 @@ import orjson
 
 from cdcflow.durable import create_file, remove_stale_temps, replace_file
 from cdcflow.errors import CdcflowError, InfrastructureError
+from cdcflow.params import REDACTOR
 
 from .layout import INDEX_DIR, INDEX_FILE, METADATA_FILE, UnsafeNameError, data_file_name, index_path, \
     parse_data_file
@@ -291,8 +293,12 @@ def _public_endpoint(url: str | None) -> str | None:
     return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
 
 
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+
+
 def _reason(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
+    """The library's message, short, with the settings' secrets and any URL's user:password masked."""
+    text = REDACTOR.redact(_USERINFO.sub(r"\1***@", str(e) or type(e).__name__))
     return text if len(text) <= 300 else text[:300] + "..."
 
 
