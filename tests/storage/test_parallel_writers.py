@@ -118,6 +118,8 @@ def generated(seed: int, count: int) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.kafka
 @pytest.mark.timeout(900)
 def test_kafka_table_over_three_partitions_to_s3_every_row_once(moto_server, kafka_broker, unique_name, tmp_path):
     """One table's canal-json rows spread over 3 partitions: 3 Spark tasks write one data directory."""
@@ -150,6 +152,7 @@ def test_kafka_table_over_three_partitions_to_s3_every_row_once(moto_server, kaf
 
 
 @pytest.mark.slow
+@pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_two_concurrent_runs_on_one_prefix_keep_every_row(moto_server, tmp_path):
     """Two ``cdcflow run``s (own Spark each) write the same table of the same prefix at once."""

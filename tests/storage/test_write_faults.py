@@ -72,6 +72,7 @@ pipelines:
 """
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_schema_name_too_long_goes_to_the_dlq_and_the_batch_is_written(spark, tmp_path, request, where):
     state = tmp_path / "state"
@@ -279,6 +280,7 @@ def test_path_too_long_for_the_store_is_the_error_of_those_rows_only(tmp_path, r
 
 
 @pytest.mark.slow
+@pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_path):
     """``cdcflow run`` writing to S3 when the endpoint stops answering (SIGSTOP) ends with a failure
