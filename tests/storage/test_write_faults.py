@@ -323,3 +323,28 @@ def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_pa
     assert "StorageUnavailableError" in out, out[-3000:]
     assert re.search(r"records nacked\s+0\b", out), out[-3000:]  # an outage sends nothing to the DLQ
     assert took < 300, f"the run took {took:.0f}s to give up"
+
+
+def test_timeout_settings_reach_the_s3_client_and_bound_each_call():
+    """The URI query or the discrete settings (which win) become botocore's timeouts and retries;
+    s3fs's own retry loop is one pass (it multiplied botocore's attempts); ``request-timeout`` is
+    the per-call deadline. Defaults apply when nothing is set; nonsense is a ConfigError."""
+    from cdcflow.connectors.storage.settings import DESTINATION_PARAMS, resolve
+    from cdcflow.connectors.storage.writer import FileStore
+    from cdcflow.errors import ConfigError
+    from cdcflow.params import validate
+
+    def store(config: dict) -> FileStore:
+        return FileStore.of(resolve(validate("storage", DESTINATION_PARAMS, config)))
+
+    s = store({"uri": "s3://bkt/p?read-timeout=3s&retries=2&connect-timeout=9s", "connect-timeout": "2s",
+               "request-timeout": "40s", "s3.endpoint": "http://127.0.0.1:1"})
+    assert s.fs.config_kwargs == {"connect_timeout": 2.0, "read_timeout": 3.0,
+                                  "retries": {"max_attempts": 2, "mode": "standard"}}
+    assert s.fs.retries == 1 and s.deadline == 40.0
+    d = store({"uri": "s3://bkt/p"})
+    assert d.fs.config_kwargs["connect_timeout"] == 5.0 and d.fs.config_kwargs["read_timeout"] == 15.0
+    assert d.fs.config_kwargs["retries"]["max_attempts"] == 3 and d.deadline == 120.0
+    for bad in ({"retries": "0"}, {"request-timeout": "0s"}, {"uri": "s3://bkt/p?read-timeout=soon"}):
+        with pytest.raises(ConfigError):
+            store({"uri": "s3://bkt/p", **bad})
