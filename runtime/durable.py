@@ -29,7 +29,10 @@ def _write_temp(path: str, data: bytes) -> tuple[str, int]:
     while True:
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: nothing is swept there (see remove_stale_temps)
+            break
         if os.fstat(fd).st_nlink:
             break
         os.close(fd)  # a sweeper took the name between create and lock: take another one
@@ -92,7 +95,8 @@ def remove_stale_temps(directory: str | os.PathLike[str]) -> list[str]:
     """Remove the temporary files of writers that died in ``directory``; returns their names.
 
     A temporary file whose lock can be taken has no live writer (see the module doc); one
-    that is locked is left alone. A missing directory has none.
+    that is locked is left alone, and so is every one on a file system without locks. A
+    missing directory has none.
     """
     directory = os.fspath(directory)
     try:
@@ -109,8 +113,8 @@ def remove_stale_temps(directory: str | os.PathLike[str]) -> list[str]:
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live writer holds it
+            except OSError:
+                continue  # a live writer holds it (or the file system has no locks: cannot tell, keep it)
             try:
                 same = os.stat(path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
