@@ -21,7 +21,7 @@ from cdcflow.connectors.ticdc.convert import names_row
 from cdcflow.connectors.ticdc.csv import encode_table_rows
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DELETE, DDLEvent, ResolvedEvent, RowChange, TableRows, from_record, records_to_rows
-from cdcflow.errors import CdcflowError
+from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Destination
 from cdcflow.tidb import TableSchema
@@ -49,7 +49,7 @@ class StorageDestination(Destination):
 
         s = self.settings
         self._store = default_store()
-        self.files = FileStore(s.open_filesystem(), s.root, s.protocol == "file")
+        self.files = FileStore.of(s, writer=True)
         self._dirs: dict[str, DataDirectory] = {}
         self._versions: dict[tuple[str, str], _Version] = {}
         self._pending_ddl: dict[tuple[str, str], DDLEvent] = {}
@@ -84,6 +84,8 @@ class StorageDestination(Destination):
                 elif type(ev) is ResolvedEvent:
                     if self._resolved is None or ev.ts > self._resolved:
                         self._resolved = ev.ts
+            except InfrastructureError:
+                raise  # the store failed, not the record: the batch fails
             except (CdcflowError, ValueError) as e:
                 errors[item] = f"{type(e).__name__}: {e}"
         for rel, rows in groups.items():
@@ -118,6 +120,8 @@ class StorageDestination(Destination):
         for date, part in parts:
             try:
                 rel = self._data_dir_of(part.table, part.commit_ts[0], date, records[part.indexes[0]].position)
+            except InfrastructureError:
+                raise
             except (CdcflowError, ValueError) as e:
                 for i in part.indexes:
                     errors[i] = f"{type(e).__name__}: {e}"
@@ -311,15 +315,19 @@ class StorageDestination(Destination):
                 return
             data = self._encode(rows, records)
         pieces = max(1, math.ceil(len(data) / self.settings.file_size))
-        d = self._dirs.get(rel)
-        if d is None:
-            d = self._dirs[rel] = DataDirectory(self.files, rel, self.settings.index_width, self.settings.extension)
-        if pieces == 1:
-            d.write(data)
-            return
-        step = math.ceil(len(rows) / pieces)
-        for k in range(0, len(rows), step):
-            d.write(self._encode(rows.select(k, k + step), records))
+        try:
+            d = self._dirs.get(rel)
+            if d is None:
+                d = self._dirs[rel] = DataDirectory(self.files, rel, self.settings.index_width, self.settings.extension)
+            if pieces == 1:
+                d.write(data)
+                return
+            step = math.ceil(len(rows) / pieces)
+            for k in range(0, len(rows), step):
+                d.write(self._encode(rows.select(k, k + step), records))
+        except RecordError as e:  # the path of these rows cannot be stored (a name too long): theirs alone
+            for i in rows.indexes:
+                errors[i] = f"{type(e).__name__}: {e}"
 
     def stop(self, last_position: bytes | None) -> None:
         """Nothing is buffered between writes: every batch ended with its files written."""

@@ -21,6 +21,8 @@ DATA_FILE_RE = re.compile(r"^CDC(\d+)\.(csv|json)$")
 _DATE_RE = {"year": re.compile(r"^\d{4}$"), "month": re.compile(r"^\d{4}-\d{2}$"),
             "day": re.compile(r"^\d{4}-\d{2}-\d{2}$")}
 _FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+#: longest name segment, in UTF-8 bytes: local file systems' NAME_MAX (TiDB names are 64 characters at most)
+MAX_NAME_BYTES = 255
 
 
 class UnsafeNameError(RecordError):
@@ -36,6 +38,10 @@ def check_name(kind: str, name: str, position: bytes | None = None) -> str:
     if not name or name in (".", "..", INDEX_DIR, METADATA_FILE) or _FORBIDDEN.search(name):
         raise UnsafeNameError(f"storage: {kind} name {name!r} is not allowed in a path (empty, '.', '..', "
                               "'meta', 'metadata', or holds '/', '\\\\', NUL or a control character)", position=position)
+    if len(name) * 4 > MAX_NAME_BYTES and len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise UnsafeNameError(f"storage: {kind} name {name[:40]!r}... is too long for a path "
+                              f"({len(name.encode('utf-8', 'surrogatepass'))} bytes, at most {MAX_NAME_BYTES})",
+                              position=position)
     return name
 
 

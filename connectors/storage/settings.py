@@ -31,7 +31,7 @@ _CSV_KEYS = ("delimiter", "quote", "null", "include-commit-ts", "binary-encoding
 _CANAL_KEYS = ("enable-tidb-extension", "content-compatible")
 # settings a URI query may carry (TiCDC's names), besides the storage credentials below
 _URI_OPTIONS = ("protocol", "terminator", "date-separator", "enable-partition-separator", "file-index-width",
-                "flush-interval", "file-size") + _CSV_KEYS + _CANAL_KEYS
+                "flush-interval", "file-size", "connect-timeout", "read-timeout", "retries", "request-timeout") + _CSV_KEYS + _CANAL_KEYS
 # TiCDC's S3 URI parameters -> discrete setting names
 _S3_URI = {"endpoint": "s3.endpoint", "region": "s3.region", "access-key": "s3.access-key",
            "secret-access-key": "s3.secret-access-key", "session-token": "s3.session-token"}
@@ -69,6 +69,13 @@ COMMON_PARAMS: dict[str, Parameter] = {
     "s3.access-key": _p("S3 access key id.", secret=True),
     "s3.secret-access-key": _p("S3 secret access key.", secret=True),
     "s3.session-token": _p("S3 session token.", secret=True),
+    "connect-timeout": _p("Object stores: longest wait to connect (default 5s).", ParamType.DURATION),
+    "read-timeout": _p("Object stores: longest wait for the next bytes of an answer (default 15s).",
+                       ParamType.DURATION),
+    "retries": _p("Object stores: attempts per request, the first included (default 3; S3: botocore's "
+                  "standard retry mode).", ParamType.INT, greater_than=0),
+    "request-timeout": _p("Object stores: longest one call may take, retries included, before it fails as "
+                          "an outage (default 2m).", ParamType.DURATION),
     "storage-options.*": _p("Passed to the fsspec file system as keyword arguments (gcsfs: token, project; "
                             "adlfs: account_name, account_key, sas_token, connection_string).", secret=True),
 }
@@ -109,6 +116,10 @@ class StorageSettings:
     flush_interval: float = 5.0
     file_size: int = DEFAULT_FILE_SIZE
     storage_options: dict[str, Any] = field(default_factory=dict)
+    #: longest one object-store call may take, retries included (seconds)
+    request_timeout: float = 120.0
+    #: attempts per object-store request (the file system's own retry loop, where it has one)
+    retries: int = 3
 
     @property
     def extension(self) -> str:
@@ -116,18 +127,23 @@ class StorageSettings:
 
     def open_filesystem(self):
         """The fsspec file system (imported lazily; a missing optional package is a ConfigError)."""
-        return open_filesystem(self.protocol, self.storage_options)
+        return open_filesystem(self.protocol, self.storage_options, self.retries)
 
 
-def open_filesystem(protocol: str, options: Mapping[str, Any]):
+def open_filesystem(protocol: str, options: Mapping[str, Any], retries: int | None = None):
     import fsspec
 
     package = next((pkg for p, pkg in _SCHEMES.values() if p == protocol), None)
     try:
-        return fsspec.filesystem(protocol, **dict(options))
+        fs = fsspec.filesystem(protocol, **dict(options))
     except ImportError as e:
         raise ConfigError(PLUGIN, "uri", "scheme", f"the {protocol} file system needs the {package} package "
                           f"(pip install 'cdcflow[{'gcs' if protocol == 'gcs' else 'azure'}]'): {e}") from None
+    if retries is not None and protocol in ("s3", "gcs"):
+        # s3fs and gcsfs retry in a loop of their own (s3fs: 5 times, around botocore's retries, which
+        # made a stalled endpoint hang for minutes); S3 retries once, in botocore, gcsfs ``retries`` times
+        fs.retries = 1 if protocol == "s3" else retries
+    return fs
 
 
 def _query(uri: str) -> tuple[str, str, dict[str, str]]:
@@ -200,6 +216,25 @@ def resolve(config: Mapping[str, Any]) -> StorageSettings:
                 storage_options["secret"] = v
             else:
                 storage_options["token"] = v
+    try:
+        connect = _as_duration(get("connect-timeout", 5.0))
+        read = _as_duration(get("read-timeout", 15.0))
+        request = _as_duration(get("request-timeout", 120.0))
+        retries = int(get("retries", 3))
+    except ValueError as e:
+        raise ConfigError(PLUGIN, None, "type", str(e)) from None
+    for name, value in (("connect-timeout", connect), ("read-timeout", read), ("request-timeout", request)):
+        if value <= 0:
+            raise ConfigError(PLUGIN, name, "greater-than", f"must be positive, got {value}")
+    if retries < 1:
+        raise ConfigError(PLUGIN, "retries", "greater-than", f"must be at least 1, got {retries}")
+    if protocol == "s3":
+        config = storage_options.setdefault("config_kwargs", {})
+        config.setdefault("connect_timeout", connect)
+        config.setdefault("read_timeout", read)
+        config.setdefault("retries", {"max_attempts": retries, "mode": "standard"})
+    elif protocol == "gcs":
+        storage_options.setdefault("requests_timeout", connect + read)
     if protocol in ("s3", "gcs", "abfs"):
         # another writer's files must be seen: no listing cache, no instance shared with stale caches
         storage_options.setdefault("use_listings_cache", False)
@@ -208,7 +243,7 @@ def resolve(config: Mapping[str, Any]) -> StorageSettings:
     if not root and protocol != "memory":
         raise ConfigError(PLUGIN, "uri", "path", f"URI {uri!r} names no bucket or directory")
     return StorageSettings(protocol, root, fmt, csv_opts, canal, date_sep, part_sep, width, flush, size,
-                           storage_options)
+                           storage_options, request, retries)
 
 
 def _local_root(path: str) -> str:

@@ -291,7 +291,7 @@ class StorageSource(Source):
     def _store_files(self) -> FileStore:
         if self._files is None:
             s = self.settings
-            self._files = FileStore(s.open_filesystem(), s.root, s.protocol == "file")
+            self._files = FileStore.of(s)
         return self._files
 
     def _root_missing(self, files: FileStore) -> bool:

@@ -1,63 +1,161 @@
 """File-level writing on any fsspec file system: index reservation, no overwrite, no partial files.
 
-A data file becomes visible complete or not at all: on local disk it is written
-under a hidden temporary name, fsynced, then hard-linked to its final name
-(``link`` fails if the name exists, so two writers can never overwrite each
-other) and the directory fsynced; on object stores an object appears only when
-its upload completes. ``meta/CDC.index`` names the file before the file exists,
-as TiCDC does, so a writer that restarts skips past it.
+A data file or schema file is created only if its name is free, atomically, on every backend,
+so two writers (Spark tasks, or two runs) can never replace each other's file:
+
+- local disk: written under a hidden temporary name, fsynced, hard-linked to its final name
+  (``link`` fails if the name exists), directory fsynced (``cdcflow.durable``); temporary
+  files left by a killed writer are removed by the next writer into that directory;
+- S3: ``PutObject`` with ``If-None-Match: *`` (answered 412 when the key exists);
+  GCS: upload with ``ifGenerationMatch=0``; Azure: ``upload_blob(overwrite=False)``
+  (``If-None-Match: *``); memory: exclusive create. An object appears only once its upload
+  completes.
+
+A writer that finds its number taken lists the directory and continues past the highest file
+present. ``meta/CDC.index`` names the file before the file exists, as TiCDC does, so a writer
+that restarts skips past it; numbering never relies on it alone (the directory is listed too).
+
+Failures are sorted by cause: a path the store cannot hold (a name too long) is the record's
+(``UnsafeNameError``, a ``RecordError``); any other failure of the disk or the object store is
+``StorageUnavailableError`` (an ``InfrastructureError``): never a record's fault. Every object
+store call has a deadline (``request-timeout``), and one that waits longer than a few seconds
+logs what it waits for.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import re
+import threading
+import time
+import urllib.parse
 
 import orjson
 
-from cdcflow.durable import create_file, replace_file
-from cdcflow.errors import CdcflowError
+from cdcflow.durable import create_file, remove_stale_temps, replace_file
+from cdcflow.errors import CdcflowError, InfrastructureError
+from cdcflow.params import REDACTOR
 
-from .layout import INDEX_DIR, INDEX_FILE, METADATA_FILE, data_file_name, index_path, parse_data_file
+from .layout import INDEX_DIR, INDEX_FILE, METADATA_FILE, UnsafeNameError, data_file_name, index_path, \
+    parse_data_file
+
+log = logging.getLogger("cdcflow.connectors.storage")
+
+#: longest object key S3, GCS and Azure Blob take (UTF-8 bytes, bucket or container excluded)
+MAX_KEY_BYTES = 1024
+#: a call waiting this long is logged (then again every as long), naming what it waits for
+WAIT_LOG_AFTER = 5.0
+# errors of the caller's own code: never turned into a service failure
+_PROGRAM_ERRORS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError, KeyError)
+# what a read of an absent path raises (the caller answers "nothing there")
+_MISSING = (FileNotFoundError, NotADirectoryError)
+# object-store answers that mean "that name is taken" to a create-only write
+_CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "BlobAlreadyExists", "412", "409")
 
 
 class StorageWriteError(CdcflowError):
-    """Writing a file of the layout failed (names the path)."""
+    """A file of the layout holds what cdcflow cannot use (names the path)."""
+
+
+class StorageUnavailableError(InfrastructureError):
+    """The disk or the object store failed (full, read-only, unreachable, timed out): never a record's fault."""
 
 
 class FileStore:
-    """The root of a layout on one file system; paths passed in are relative to the root."""
+    """The root of a layout on one file system; paths passed in are relative to the root.
 
-    def __init__(self, fs, root: str, local: bool):
+    ``deadline``: longest one object-store call may take (seconds, retries included), None
+    for none; ``where``: how errors and logs name the store (no credentials).
+    """
+
+    def __init__(self, fs, root: str, local: bool, *, protocol: str = "", deadline: float | None = None,
+                 endpoint: str | None = None, writer: bool = False):
         self.fs = fs
         self.root = root
         self.local = local
+        self.protocol = protocol or ("file" if local else _protocol_of(fs))
+        self.deadline = deadline if not local and _is_async(fs) else None
+        self.endpoint = endpoint
+        self.writer = writer  # a writer also sweeps the directories it lists (see ``_sweep``)
+        self._swept: set[str] = set()
+
+    @classmethod
+    def of(cls, settings, writer: bool = False) -> "FileStore":
+        """The store of resolved ``StorageSettings`` (file system opened, timeouts applied)."""
+        return cls(settings.open_filesystem(), settings.root, settings.protocol == "file",
+                   protocol=settings.protocol, deadline=settings.request_timeout,
+                   endpoint=_public_endpoint(settings.storage_options.get("endpoint_url")), writer=writer)
 
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
 
+    def where(self, rel: str) -> str:
+        """``rel`` as a URI for messages: scheme, bucket and key, plus the endpoint host; no secrets."""
+        if self.local:
+            return self.full(rel)
+        uri = f"{_SCHEME.get(self.protocol, self.protocol)}://{self.full(rel)}"
+        return f"{uri} at {self.endpoint}" if self.endpoint else uri
+
+    def _check_key(self, rel: str) -> None:
+        """Object stores refuse keys over 1024 bytes (not every S3-compatible server says so: checked here)."""
+        key = self.full(rel).split("/", 1)[-1]
+        if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+            raise self._failure("PUT", rel, OSError(errno.ENAMETOOLONG, f"object key longer than {MAX_KEY_BYTES} bytes"))
+
+    # -- calls, with their failures sorted by cause
+    def _call(self, op: str, rel: str, fn, *args, expected: tuple = (), **kwargs):
+        """``fn(full path, *args, **kwargs)`` with the deadline, the wait log and the error mapping;
+        ``expected`` exceptions pass through (the caller handles them)."""
+        if self.deadline is not None:
+            kwargs["timeout"] = self.deadline
+        watch = _Watch(op, self, rel)
+        try:
+            return fn(self.full(rel), *args, **kwargs)
+        except expected:
+            raise
+        except _PROGRAM_ERRORS:
+            raise
+        except Exception as e:  # noqa: BLE001 - sorted into record vs service failures here
+            raise self._failure(op, rel, e) from e
+        finally:
+            watch.done()
+
+    def _failure(self, op: str, rel: str, e: Exception) -> CdcflowError:
+        where = self.where(rel)
+        if isinstance(e, OSError) and e.errno in (errno.ENAMETOOLONG, errno.EILSEQ):
+            return UnsafeNameError(f"storage: the path {where!r} cannot be stored ({_reason(e)}); "
+                                   "a schema or table name is too long or not valid for the store")
+        service = "disk" if self.local else "object-store"
+        what = "timed out" if _is_timeout(e) else "failed"
+        return StorageUnavailableError(f"storage: {op} {where} {what}: {_reason(e)}", service=service,
+                                       endpoint=where)
+
     # -- reading helpers (also used by the source)
     def read(self, rel: str) -> bytes | None:
-        path = self.full(rel)
         try:
             if self.local:
-                with open(path, "rb") as f:
-                    return f.read()
-            return self.fs.cat_file(path)
-        except FileNotFoundError:
+                return self._call("read", rel, _read_local, expected=_MISSING)
+            return self._call("GET", rel, self.fs.cat_file, expected=_MISSING)
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def listdir(self, rel: str) -> list[tuple[str, bool]]:
         """(name, is_directory) of the entries of ``rel``; [] when it does not exist."""
         path = self.full(rel)
         if self.local:
+            if self.writer:
+                self._sweep(rel)
             try:
-                with os.scandir(path) as it:
-                    return [(e.name, e.is_dir()) for e in it]
+                return self._call("list", rel, _list_local, expected=_MISSING)
             except (FileNotFoundError, NotADirectoryError):
                 return []
         try:
-            entries = self.fs.ls(path, detail=True, refresh=True) if _takes_refresh(self.fs) \
-                else self.fs.ls(path, detail=True)
+            if _takes_refresh(self.fs):
+                entries = self._call("LIST", rel, self.fs.ls, detail=True, refresh=True, expected=_MISSING)
+            else:
+                entries = self._call("LIST", rel, self.fs.ls, detail=True, expected=_MISSING)
         except (FileNotFoundError, NotADirectoryError):
             return []
         out = []
@@ -73,37 +171,169 @@ class FileStore:
         return out
 
     def exists(self, rel: str) -> bool:
-        path = self.full(rel)
-        return os.path.exists(path) if self.local else self.fs.exists(path)
+        if self.local:
+            return self._call("stat", rel, os.path.exists)
+        return self._call("HEAD", rel, self.fs.exists)
 
     # -- writing
     def put_replace(self, rel: str, data: bytes) -> None:
-        """Write a small file that is replaced as a whole (CDC.index, metadata, schema files)."""
-        path = self.full(rel)
-        try:
-            if self.local:
-                replace_file(path, data)
-            else:
-                self.fs.pipe_file(path, data)
-        except OSError as e:
-            raise StorageWriteError(f"storage: cannot write {path}: {e}") from e
+        """Write a small file that is replaced as a whole (CDC.index, metadata)."""
+        if self.local:
+            self._sweep(os.path.dirname(rel))
+            self._call("write", rel, replace_file, data)
+        else:
+            self._check_key(rel)
+            self._call("PUT", rel, self.fs.pipe_file, data)
 
     def put_new(self, rel: str, data: bytes) -> bool:
-        """Create ``rel`` with ``data`` unless it exists; False when it exists (nothing written)."""
-        path = self.full(rel)
+        """Create ``rel`` with ``data`` unless it exists; False when it exists (nothing written).
+
+        Atomic on every backend: the store itself refuses an existing name (see the module doc).
+        """
+        if self.local:
+            self._sweep(os.path.dirname(rel))
+            return self._call("write", rel, create_file, data)
+        self._check_key(rel)
         try:
-            if self.local:
-                return create_file(path, data)
-            if self.fs.exists(path):
-                return False
-            self.fs.pipe_file(path, data)
+            if self.protocol == "abfs":
+                self._call("PUT", rel, self.fs.pipe_file, data, overwrite=False, expected=FileExistsError)
+            else:
+                self._call("PUT", rel, self.fs.pipe_file, data, mode="create", expected=FileExistsError)
             return True
-        except OSError as e:
-            raise StorageWriteError(f"storage: cannot write {path}: {e}") from e
+        except FileExistsError:
+            return False
+        except StorageUnavailableError as e:
+            if _is_conflict(e.__cause__):
+                return False
+            raise
+
+    def _sweep(self, rel_dir: str) -> None:
+        """The first time a writer writes into (or lists) directory ``rel_dir``, remove the temporary
+        files killed writers left there."""
+        directory = self.full(rel_dir) if rel_dir else self.root
+        if directory in self._swept:
+            return
+        self._swept.add(directory)
+        for name in self._call("sweep", rel_dir, lambda _: remove_stale_temps(directory)):
+            log.info("storage: removed %s, left by a writer that was stopped", os.path.join(directory, name))
+
+
+class _Watch:
+    """Registers a call with the process's watchdog, which logs it once it has waited
+    ``WAIT_LOG_AFTER`` seconds, then every as long, naming what it waits for.
+
+    One daemon thread for every call (started with the first): registering costs a dict
+    insert, not a thread per call.
+    """
+
+    __slots__ = ("_key",)
+    _calls: dict[int, list] = {}  # key -> [op, store, rel, start, next log time]
+    _lock = threading.Lock()
+    _thread: threading.Thread | None = None
+    _next = 0
+
+    def __init__(self, op: str, store: FileStore, rel: str):
+        now = time.monotonic()
+        with _Watch._lock:
+            _Watch._next += 1
+            self._key = _Watch._next
+            _Watch._calls[self._key] = [op, store, rel, now, now + WAIT_LOG_AFTER]
+            if _Watch._thread is None:
+                _Watch._thread = threading.Thread(target=_Watch._run, name="storage-watchdog", daemon=True)
+                _Watch._thread.start()
+
+    def done(self) -> None:
+        _Watch._calls.pop(self._key, None)
+
+    @staticmethod
+    def _run() -> None:
+        while True:
+            time.sleep(min(1.0, WAIT_LOG_AFTER))
+            now = time.monotonic()
+            for call in list(_Watch._calls.values()):
+                op, store, rel, start, due = call
+                if now >= due:
+                    call[4] = now + WAIT_LOG_AFTER
+                    deadline = store.deadline
+                    log.warning("storage: waiting %.0fs for %s %s%s", now - start, op, store.where(rel),
+                                f" (gives up after {deadline:g}s)" if deadline else "")
+
+    @staticmethod
+    def _after_fork() -> None:
+        """A forked child (Spark's Python workers) has no watchdog thread: the next call starts one."""
+        _Watch._thread = None
+        _Watch._calls = {}
+        _Watch._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_Watch._after_fork)
+
+
+_SCHEME = {"abfs": "azure", "gcs": "gcs", "s3": "s3", "memory": "memory"}
+
+
+def _protocol_of(fs) -> str:
+    p = getattr(fs, "protocol", "")
+    return p[0] if isinstance(p, tuple) else p
+
+
+def _is_async(fs) -> bool:
+    """fsspec's async file systems (s3fs, gcsfs, adlfs) take a ``timeout`` per call."""
+    return bool(getattr(fs, "async_impl", False))
+
+
+def _public_endpoint(url: str | None) -> str | None:
+    """Scheme, host and port of an endpoint URL: what errors may show (no user, password or query)."""
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+
+
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+
+
+def _reason(e: BaseException) -> str:
+    """The library's message, short, with the settings' secrets and any URL's user:password masked."""
+    text = REDACTOR.redact(_USERINFO.sub(r"\1***@", str(e) or type(e).__name__))
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _is_timeout(e: BaseException) -> bool:
+    return isinstance(e, TimeoutError) or "timeout" in type(e).__name__.lower()
+
+
+def _is_conflict(e: BaseException | None) -> bool:
+    """Whether an object store refused a create-only write because the name is taken."""
+    while e is not None:
+        if isinstance(e, FileExistsError) or type(e).__name__ == "ResourceExistsError":
+            return True
+        code = getattr(e, "code", None) or getattr(e, "status_code", None) or getattr(e, "status", None)
+        if str(code) in ("409", "412"):
+            return True
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") in _CONFLICT_CODES:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _list_local(path: str) -> list[tuple[str, bool]]:
+    with os.scandir(path) as it:
+        return [(e.name, e.is_dir()) for e in it]
 
 
 def _takes_refresh(fs) -> bool:
-    return getattr(fs, "protocol", None) in ("s3", "s3a", ("s3", "s3a"), "gcs", ("gcs", "gs"), "abfs", "az")
+    return getattr(fs, "protocol", None) in ("s3", "s3a", ("s3", "s3a"), "gcs", ("gcs", "gs"), ("gs", "gcs"),
+                                             "abfs", "az", ("abfs", "az", "abfss"))
 
 
 class DataDirectory:
@@ -125,6 +355,11 @@ class DataDirectory:
             parsed = parse_data_file(raw.decode("utf-8", "replace").strip())
             if parsed is not None:
                 n = parsed[0] + 1 if self.store.exists(f"{self.rel}/{raw.decode().strip()}") else parsed[0]
+        return max(n, self._past_listed())
+
+    def _past_listed(self) -> int:
+        """The number after the highest data file in the directory (1 when there is none)."""
+        n = 1
         for name, is_dir in self.store.listdir(self.rel):
             parsed = parse_data_file(name)
             if parsed is not None and not is_dir:
@@ -132,13 +367,20 @@ class DataDirectory:
         return n
 
     def write(self, data: bytes) -> str:
-        """Write one complete data file under the next free index; returns its relative path."""
+        """Write one complete data file under the next free index; returns its relative path.
+
+        A number found taken means another writer is in this directory: the next try starts
+        past every file it has written (one listing), not one number further.
+        """
         while True:
             name = data_file_name(self.next_index, self.width, self.extension)
             self.next_index += 1
             self.store.put_replace(f"{self.rel}/{INDEX_DIR}/{INDEX_FILE}", (name + "\n").encode())
             if self.store.put_new(f"{self.rel}/{name}", data):
                 return f"{self.rel}/{name}"
+            self.next_index = max(self.next_index, self._past_listed())
+            log.debug("storage: %s was taken by another writer; trying number %d", self.store.where(
+                f"{self.rel}/{name}"), self.next_index)
 
 
 def read_checkpoint(store: FileStore) -> int | None:
@@ -148,7 +390,7 @@ def read_checkpoint(store: FileStore) -> int | None:
     try:
         return int(orjson.loads(raw)["checkpoint-ts"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise StorageWriteError(f"storage: {store.full(METADATA_FILE)} is not {{\"checkpoint-ts\": N}}: {raw[:100]!r}")
+        raise StorageWriteError(f"storage: {store.where(METADATA_FILE)} is not {{\"checkpoint-ts\": N}}: {raw[:100]!r}")
 
 
 def write_checkpoint(store: FileStore, ts: int) -> int:
