@@ -7,6 +7,10 @@ engine must ship it to the Spark workers itself (zip with its .dist-info).
   exact Record objects; rejects records whose key ``id`` is in ``reject`` (comma list)
   with the message ``rejected id N``.
 - ``test-broken``: every write raises (a DLQ that cannot be written).
+- ``test-outage``: a ``test-recorder`` whose first ``fail-writes`` writes raise
+  ``InfrastructureError`` before writing anything (-1: every write), counted across
+  processes in ``<path>.attempts``. It stands in for a service outage in the engine
+  tests; the connectors' own tests produce real ones (a stopped broker, a full disk).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import struct
 
 import pluggy
 
+from cdcflow.errors import InfrastructureError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.sdk import ConnectorPlugin, Destination
 
@@ -52,6 +57,24 @@ class Recorder(Destination):
             self.fd = None
 
 
+class Outage(Recorder):
+    def configure(self, config):
+        super().configure(config)
+        self.fail_writes = int(config.get("fail-writes") or 0)
+
+    def write(self, records):
+        fd = os.open(self.path + ".attempts", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b".")
+            attempt = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if self.fail_writes < 0 or attempt <= self.fail_writes:
+            raise InfrastructureError(f"write {attempt}: connection refused", service="test-service",
+                                      endpoint="test://outage:9")
+        return super().write(records)
+
+
 class Broken(Destination):
     def write(self, records):
         raise OSError("disk on fire")
@@ -85,6 +108,17 @@ def cdcflow_connectors():
             destination_params={
                 "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
                 "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+            },
+        ),
+        ConnectorPlugin(
+            name="test-outage",
+            version="v0.1.0",
+            summary="a test-recorder whose first writes fail with InfrastructureError",
+            destination=Outage,
+            destination_params={
+                "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
+                "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+                "fail-writes": Parameter(ParamType.INT, "0", "writes that fail first (-1: all)"),
             },
         ),
         ConnectorPlugin(name="test-broken", version="v0.1.0", summary="every write fails", destination=Broken),
