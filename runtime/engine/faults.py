@@ -46,7 +46,7 @@ class NodeError(CdcflowError):
     def __init__(self, pipeline: str, role: str, node: str, cause: BaseException):
         self.pipeline, self.role, self.node, self.cause = pipeline, role, node, cause
         self.infrastructure = as_infrastructure(cause)
-        super().__init__(f"pipeline {pipeline}, {role} {node}: {describe(cause)}")
+        super().__init__(f"{role} {node}: {describe(cause)}")  # the driver prefixes the pipeline
 
     @property
     def retryable(self) -> bool:

@@ -96,7 +96,7 @@ class TaskStats:
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # CPU time of the worker process during the task (all its threads)
     opened: bool = False  # the source was (re)opened: first task of this worker, or the partition moved
-    batches: int = 0  # batches settled (written, DLQ'd, saved or being saved)
+    saved: int = 0  # checkpoints saved (a batch written, its position saved and acknowledged)
     retries: int = 0  # batches retried after an outage
     stopped: str | None = None  # DLQ stop: the message
     error: str | None = None  # anything else that failed the partition
@@ -561,10 +561,10 @@ class _Checkpoints:
     written but unsaved batch per partition (the one being written).
     """
 
-    __slots__ = ("_ctx", "_task", "_source", "_future", "_positions")
+    __slots__ = ("_ctx", "_task", "_source", "_future", "_positions", "_stats")
 
-    def __init__(self, ctx: RunContext, task: PartitionTask, source: _OpenSource):
-        self._ctx, self._task, self._source = ctx, task, source
+    def __init__(self, ctx: RunContext, task: PartitionTask, source: _OpenSource, stats: TaskStats):
+        self._ctx, self._task, self._source, self._stats = ctx, task, source, stats
         self._future: Any = None
         self._positions: list[bytes] = []
 
@@ -580,6 +580,7 @@ class _Checkpoints:
         t = self._task
         with _In(t.pipeline, STATE, _state_node(t)):
             self._ctx.state.save(t.pipeline, t.source, t.partition, state)
+        self._stats.saved += 1
 
     def flush(self) -> None:
         """Wait for the pending save (its error raises here), then acknowledge its positions."""
@@ -593,6 +594,7 @@ class _Checkpoints:
         with _In(t.pipeline, SOURCE, t.source):
             self._source.plugin.ack(positions)
         self._source.position = positions[-1]
+        self._stats.saved += 1
 
 
 def _state_node(task: PartitionTask) -> str:
@@ -643,7 +645,6 @@ def _work(
         acked, stop_reason = _settle(pipe, task, positions, verdict, nacks, state, parts, stats)
         if acked:
             checkpoints.submit(state, acked)
-        stats.batches += 1
         if stop_reason is not None:
             checkpoints.flush()
             stats.stopped = stop_reason
@@ -714,7 +715,7 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
         policy = RetryPolicy.of(pipe.engine)
         retry, failing_since = 0, 0.0
         while True:
-            batches_before = stats.batches
+            saved_before = stats.saved
             try:
                 _attempt(ctx, pipe, task, registry, stats)
                 break
@@ -723,7 +724,7 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
                     raise
                 _evict_pipeline(ctx, task.pipeline)  # reopen everything: a broken connection heals that way
                 now = time.monotonic()
-                if retry == 0 or stats.batches > batches_before:  # a batch went through since: a new outage
+                if retry == 0 or stats.saved > saved_before:  # a batch went through since: a new outage
                     retry, failing_since = 0, now
                 retry += 1
                 wait = policy.next_delay(retry, now - failing_since)
@@ -731,7 +732,7 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
                     raise _GaveUp(f"{e} (gave up after {retry - 1} retries in {now - failing_since:.1f}s, "
                                   f"{policy})") from e
                 stats.retries += 1
-                log.warning("%s: %s; retry %d in %.1fs", task, e, retry, wait)
+                log.warning("pipeline %s: %s (source partition %s); retry %d in %.1fs", task.pipeline, e, task, retry, wait)
                 if not _wait_unless_stopped(ctx, wait):
                     break  # the run is stopping: nothing of the failed batch was acknowledged
     except PipelineStopped:
@@ -775,7 +776,7 @@ def _attempt(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, registr
     source = _open_source(ctx, pipe, task, state, registry, stats)
     mark(("source", time.time()))
     stats.process_cpu_at_source = time.process_time()
-    checkpoints = _Checkpoints(ctx, task, source)
+    checkpoints = _Checkpoints(ctx, task, source, stats)
     try:
         _work(ctx, pipe, task, state, source, parts, stats, checkpoints)
         mark(("work", time.time()))
