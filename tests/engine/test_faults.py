@@ -19,16 +19,7 @@ from conftest import PLUGIN_PKG, PYTHON, REPO, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-OUTAGE_PIPELINE = """\
-version: "2.2"
-engine:
-  batch-size: {batch}
-  error-recovery.min-delay: 100ms
-  error-recovery.max-delay: 200ms
-  error-recovery.max-retries: "{retries}"
-pipelines:
-  - id: p1
-    connectors:
+GENERATOR = """\
       - id: gen
         type: source
         plugin: builtin:generator
@@ -39,7 +30,19 @@ pipelines:
           recordCount: "{count}"
           partitions: "1"
           rate: "{rate}"
-      - id: rec
+"""
+
+OUTAGE_PIPELINE = """\
+version: "2.2"
+engine:
+  batch-size: {batch}
+  error-recovery.min-delay: 100ms
+  error-recovery.max-delay: 200ms
+  error-recovery.max-retries: "{retries}"
+pipelines:
+  - id: p1
+    connectors:
+{generator}      - id: rec
         type: destination
         plugin: test-outage
         settings:
@@ -71,7 +74,7 @@ def _recorded(path: Path) -> list[int]:
 
 def _outage(tmp_path: Path, *, fail: int, retries: int = 5, count: int = 300, batch: int = 50, rate: int = 0):
     return write_pipeline(tmp_path / "outage.yaml", OUTAGE_PIPELINE.format(
-        batch=batch, retries=retries, count=count, fail=fail, rate=rate))
+        batch=batch, retries=retries, fail=fail, generator=GENERATOR.format(count=count, rate=rate)))
 
 
 def test_an_outage_is_retried_and_every_record_delivered_once(tmp_path):
@@ -182,16 +185,7 @@ version: "2.2"
 pipelines:
   - id: p1
     connectors:
-      - id: gen
-        type: source
-        plugin: builtin:generator
-        settings:
-          format.type: structured
-          format.options.id: int
-          operations: create
-          recordCount: "1000"
-          partitions: "1"
-      - id: out
+{generator}      - id: out
         type: destination
         plugin: builtin:file
         settings:
@@ -217,6 +211,11 @@ PASS_THROUGH = """\
 """
 
 
+def _nack_pipeline(processors: str, count: int = 1000) -> str:
+    return NACK_PIPELINE.replace("{generator}", GENERATOR.format(count=count, rate=0)).replace(
+        "{processors}", processors)
+
+
 def _lines(path: Path) -> list[int]:
     return [json.loads(line)["key"]["id"] for line in path.read_text().splitlines()]
 
@@ -224,7 +223,7 @@ def _lines(path: Path) -> list[int]:
 def test_a_nack_stop_writes_nothing_after_the_stopping_record_and_the_rerun_starts_at_it(tmp_path):
     """Default DLQ window (size 1, threshold 0): the nack of record 500 stops the pipeline.
     Records 0..499 are written and acknowledged, nothing after; a re-run starts at 500."""
-    path = write_pipeline(tmp_path / "nack.yaml", NACK_PIPELINE.replace("{processors}", ERROR_ON_500))
+    path = write_pipeline(tmp_path / "nack.yaml", _nack_pipeline(ERROR_ON_500))
     out = tmp_path / "out.jsonl"
     res = _run(path)
     assert res.returncode == 1, res.stdout + res.stderr
@@ -237,7 +236,7 @@ def test_a_nack_stop_writes_nothing_after_the_stopping_record_and_the_rerun_star
     assert again.returncode == 1 and "bad record 500" in again.stderr
     assert _lines(out) == list(range(500))
     # the record is let through: the re-run starts at it and writes the rest once
-    write_pipeline(path, NACK_PIPELINE.replace("{processors}", PASS_THROUGH))
+    write_pipeline(path, _nack_pipeline(PASS_THROUGH))
     fixed = _run(path)
     assert fixed.returncode == 0, fixed.stderr
     assert _lines(out) == list(range(1000))
@@ -269,8 +268,7 @@ def test_nothing_new_to_read_is_said_only_when_a_saved_position_is_the_reason(tm
     assert res.returncode == 0, res.stderr
     assert "nothing new to read" not in res.stdout and "saved positions" not in res.stdout
     assert "nothing was read: the sources returned no records" in res.stdout
-    gen = write_pipeline(tmp_path / "gen.yaml", NACK_PIPELINE.replace("{processors}", PASS_THROUGH)
-                         .replace('recordCount: "1000"', 'recordCount: "10"'))
+    gen = write_pipeline(tmp_path / "gen.yaml", _nack_pipeline(PASS_THROUGH, count=10))
     first = _run(gen)
     assert first.returncode == 0, first.stderr
     assert "nothing new to read" not in first.stdout and "nothing was read" not in first.stdout

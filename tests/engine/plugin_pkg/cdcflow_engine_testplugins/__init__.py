@@ -97,6 +97,12 @@ def read_records(path):
     return out
 
 
+RECORDER_PARAMS = {
+    "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
+    "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+}
+
+
 @hookimpl
 def cdcflow_connectors():
     return [
@@ -105,10 +111,7 @@ def cdcflow_connectors():
             version="v0.1.0",
             summary="records pickled records; rejects chosen ids",
             destination=Recorder,
-            destination_params={
-                "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
-                "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
-            },
+            destination_params=RECORDER_PARAMS,
         ),
         ConnectorPlugin(
             name="test-outage",
@@ -116,8 +119,7 @@ def cdcflow_connectors():
             summary="a test-recorder whose first writes fail with InfrastructureError",
             destination=Outage,
             destination_params={
-                "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
-                "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+                **RECORDER_PARAMS,
                 "fail-writes": Parameter(ParamType.INT, "0", "writes that fail first (-1: all)"),
             },
         ),
