@@ -15,7 +15,7 @@ from typing import Callable, Mapping, TextIO
 from ..errors import CdcflowError, ConfigError, InfrastructureError, PluginNotFoundError
 from ..pipeline.model import PipelineConfig
 from .driver import Driver
-from .faults import describe
+from .faults import NodeError, describe
 from .plan import Limits, RunContext, plan_partitions
 from .progress import ProgressDisplay, Totals, summary
 from .session import parse_conf_pairs, resolve_master, ship_plugins, start_session
@@ -142,7 +142,8 @@ def run_files(
             except (ConfigError, PluginNotFoundError) as e:
                 return RunOutcome(EXIT_INVALID, problems=[str(e)], state_dir=state.root)
             except CdcflowError as e:
-                return RunOutcome(EXIT_FAILED, failures=[f"cannot start: {e}"], state_dir=state.root)
+                where = f"pipeline {e.pipeline}: " if isinstance(e, NodeError) else ""
+                return RunOutcome(EXIT_FAILED, failures=[f"cannot start: {where}{e}"], state_dir=state.root)
             resumed = _resumed(state, tasks)
             ctx = RunContext(
                 pipelines={p.id: p for p in selected},

@@ -106,3 +106,32 @@ def test_a_state_directory_error_names_the_path(tmp_path):
     path = str(state.partition_file("p", "src", "0"))
     assert info.value.endpoint == path and info.value.service == "state"
     assert path in describe(info.value)
+
+
+def test_an_outage_while_planning_names_the_source():
+    """The driver asks each source for its partitions before the run: a broker that is down
+    then is named like a task's failure (pipeline, role, id, service, endpoint)."""
+    from cdcflow.engine.plan import plan_partitions
+    from cdcflow.pipeline.model import ConnectorConfig, PipelineConfig
+    from cdcflow.sdk import Source
+
+    class DownSource(Source):
+        def partitions(self):
+            raise InfrastructureError("metadata request timed out", service="kafka", endpoint="broker:9092")
+
+    class Info:
+        def validate(self, side, settings, plugin_id=None):
+            return settings
+
+        def new_source(self):
+            return DownSource()
+
+    class Registry:
+        def connector(self, ref):
+            return Info()
+
+    pipe = PipelineConfig(id="p9", connectors=[ConnectorConfig(id="orders", type="source", plugin="x")])
+    with pytest.raises(NodeError) as info:
+        plan_partitions([pipe], Registry())
+    assert info.value.pipeline == "p9" and info.value.retryable
+    assert str(info.value) == "source orders: kafka unavailable at broker:9092: metadata request timed out"
