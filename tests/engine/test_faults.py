@@ -276,3 +276,47 @@ def test_nothing_new_to_read_is_said_only_when_a_saved_position_is_the_reason(tm
     assert second.returncode == 0, second.stderr
     assert "nothing new to read: sources continue from their saved positions" in second.stdout
     assert _lines(tmp_path / "out.jsonl") == list(range(10))
+
+
+LOOKUP_PIPELINE = """\
+version: "2.2"
+engine:
+  batch-size: 50
+  error-recovery.min-delay: 100ms
+pipelines:
+  - id: p1
+    connectors:
+{generator}      - id: rec
+        type: destination
+        plugin: test-recorder
+        settings:
+          path: ${{CDCFLOW_FILE_DIR}}/out.bin
+    processors:
+      - id: lookup
+        plugin: test.lookup
+        settings:
+          counter: ${{CDCFLOW_FILE_DIR}}/calls
+          fail-batches: "2"
+    dead-letter-queue:
+      plugin: test-recorder
+      settings:
+        path: ${{CDCFLOW_FILE_DIR}}/dlq.bin
+      window-size: 0
+"""
+
+
+def test_a_processor_outage_is_retried_not_nacked(tmp_path):
+    """A processor whose backend is down (test.lookup's first two calls raise InfrastructureError)
+    fails the batch; with `window-size: 0` a nack would have gone to the DLQ, an outage does not."""
+    path = write_pipeline(tmp_path / "lookup.yaml", LOOKUP_PIPELINE.format(
+        generator=GENERATOR.format(count=200, rate=0)))
+    res = _run(path)
+    assert res.returncode == 0, res.stderr
+    assert _recorded(tmp_path / "dlq.bin") == []
+    sys.path.insert(0, str(PLUGIN_PKG))
+    from cdcflow_engine_testplugins import read_records
+
+    out = read_records(tmp_path / "out.bin")
+    assert [r.key["id"] for r in out] == list(range(200))
+    assert all(r.metadata["looked-up"] == "yes" for r in out)
+    assert "processor lookup: lookup unavailable at http://lookup.test:8080" in res.stderr

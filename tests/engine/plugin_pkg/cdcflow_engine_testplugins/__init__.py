@@ -7,6 +7,9 @@ engine must ship it to the Spark workers itself (zip with its .dist-info).
   exact Record objects; rejects records whose key ``id`` is in ``reject`` (comma list)
   with the message ``rejected id N``.
 - ``test-broken``: every write raises (a DLQ that cannot be written).
+- ``test.lookup`` (transform): enriches records from a "service" whose first ``fail-batches``
+  calls raise ``InfrastructureError`` (counted across processes in ``counter``), like a
+  lookup processor whose backend is briefly down.
 - ``test-outage``: a ``test-recorder`` whose first ``fail-writes`` writes raise
   ``InfrastructureError`` before writing anything (-1: every write), counted across
   processes in ``<path>.attempts``. It stands in for a service outage in the engine
@@ -23,7 +26,7 @@ import pluggy
 
 from cdcflow.errors import InfrastructureError
 from cdcflow.params import Parameter, ParamType
-from cdcflow.sdk import ConnectorPlugin, Destination
+from cdcflow.sdk import ConnectorPlugin, Destination, Transform
 
 hookimpl = pluggy.HookimplMarker("cdcflow")
 
@@ -63,16 +66,38 @@ class Outage(Recorder):
         self.fail_writes = int(config.get("fail-writes") or 0)
 
     def write(self, records):
-        fd = os.open(self.path + ".attempts", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, b".")
-            attempt = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        attempt = _count(self.path + ".attempts")
         if self.fail_writes < 0 or attempt <= self.fail_writes:
             raise InfrastructureError(f"write {attempt}: connection refused", service="test-service",
                                       endpoint="test://outage:9")
         return super().write(records)
+
+
+def _count(path):
+    """Append one byte to ``path`` and return how many there are (a counter shared by processes)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b".")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+class Lookup(Transform):
+    name = "test.lookup"
+    summary = "sets Metadata[looked-up]; its first calls find the service down"
+    parameters = {
+        "counter": Parameter(ParamType.STRING, None, "file counting the calls", required=True),
+        "fail-batches": Parameter(ParamType.INT, "0", "calls that fail first"),
+    }
+
+    def process(self, records):
+        if _count(self.config["counter"]) <= int(self.config["fail-batches"]):
+            raise InfrastructureError("lookup service refused the connection", service="lookup",
+                                      endpoint="http://lookup.test:8080")
+        for r in records:
+            r.metadata["looked-up"] = "yes"
+        return list(records)
 
 
 class Broken(Destination):
@@ -125,3 +150,8 @@ def cdcflow_connectors():
         ),
         ConnectorPlugin(name="test-broken", version="v0.1.0", summary="every write fails", destination=Broken),
     ]
+
+
+@hookimpl
+def cdcflow_transforms():
+    return [Lookup]
