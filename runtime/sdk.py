@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence, Union
 
+from .errors import InfrastructureError
 from .params import Parameter
 from .record import Record
 
@@ -161,12 +162,15 @@ class Transform(Plugin):
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         """One result per input record, in order. A record that raises becomes
-        ``Failed`` with the error message; the others go on."""
+        ``Failed`` with the error message; the others go on. An ``InfrastructureError``
+        is not a record's fault: it fails the whole batch."""
         out: list[Result] = []
         fn = self.process_record
         for r in records:
             try:
                 out.append(fn(r))
+            except InfrastructureError:
+                raise  # an outage is not this record's fault: the batch fails and is retried
             except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
                 out.append(Failed(f"{type(e).__name__}: {e}" if not str(e) else str(e)))
         return out

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError, PluginNotFoundError
 from ..pipeline.model import PipelineConfig
+from .faults import SOURCE, node_error
 from .state import StateDir
 
 
@@ -63,6 +65,10 @@ def plan_partitions(pipelines: list[PipelineConfig], registry, until_idle: bool 
             try:
                 source.configure(settings)
                 partitions = list(source.partitions())
+            except (ConfigError, PluginNotFoundError):
+                raise
+            except Exception as e:  # an outage or a failure at start: named like the tasks name theirs
+                raise node_error(pipe.id, SOURCE, src_cfg.id, e) from e
             finally:
                 source.teardown()
             if not partitions:

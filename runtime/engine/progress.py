@@ -30,6 +30,7 @@ class Totals:
     dlq: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     lag: dict[tuple[str, str, str], int | None] = field(default_factory=dict)
     micro_batches: int = 0
+    retries: int = 0  # batches retried after an outage
     last_rate: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def add(self, stats: Iterable[TaskStats], seconds: float) -> None:
@@ -45,6 +46,7 @@ class Totals:
             for node, n in s.nacked.items():
                 self.nacked[(t.pipeline, node)] += n
             self.dlq[t.pipeline] += s.dlq
+            self.retries += s.retries
             self.lag[(t.pipeline, t.source, t.partition)] = 0 if s.ended else s.lag
         for key, n in batch_read.items():
             self.last_rate[key] = n / seconds if seconds > 0 else 0.0
@@ -130,6 +132,8 @@ def summary(totals: Totals, outputs: list[str], failures: list[str], startup_sec
         f"  records filtered  {sum(totals.filtered.values()):>12,}",
         f"  records nacked    {sum(totals.nacked.values()):>12,}   (to the DLQ: {sum(totals.dlq.values()):,})",
     ]
+    if totals.retries:
+        lines.append(f"  batches retried   {totals.retries:>12,}   (after an outage; see the log)")
     for (pipe, src), n in sorted(totals.read.items()):
         lines.append(f"  source      {pipe}/{src}: {n:,} read")
     for (pipe, dest), n in sorted(totals.written.items()):

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, TextIO
 
-from ..errors import CdcflowError, ConfigError, PluginNotFoundError
+from ..errors import CdcflowError, ConfigError, InfrastructureError, PluginNotFoundError
 from ..masking import mask_setting
 from ..params import REDACTOR
 from ..pipeline.model import PipelineConfig
 from .driver import Driver
+from .faults import NodeError, describe
 from .plan import Limits, RunContext, plan_partitions
 from .progress import ProgressDisplay, Totals, summary
 from .session import parse_conf_pairs, resolve_master, ship_plugins, start_session
@@ -122,9 +123,13 @@ def run_files(
     if not selected:
         return RunOutcome(EXIT_INVALID, problems=["no pipeline to run (every selected pipeline has status stopped)"])
 
-    state = StateDir(default_state_dir(paths, state_dir, selected)).create()
+    state = StateDir(default_state_dir(paths, state_dir, selected))
     outcome = RunOutcome(EXIT_OK, state_dir=state.root, outputs=_outputs(selected))
-    with RunLock(state):
+    try:
+        lock = RunLock(state.create()).__enter__()
+    except InfrastructureError as e:  # a read-only or full state directory: named by its path
+        return RunOutcome(EXIT_FAILED, failures=[f"cannot start: state store: {describe(e)}"], state_dir=state.root)
+    with lock:
         file_master = next((p.engine.master for p in selected if p.engine.master), None)
         spark_conf: dict[str, str] = {}
         for p in selected:
@@ -140,7 +145,10 @@ def run_files(
             except (ConfigError, PluginNotFoundError) as e:
                 return RunOutcome(EXIT_INVALID, problems=[REDACTOR.redact(str(e))], state_dir=state.root)
             except CdcflowError as e:
-                return RunOutcome(EXIT_FAILED, failures=[REDACTOR.redact(f"cannot start: {e}")], state_dir=state.root)
+                where = f"pipeline {e.pipeline}: " if isinstance(e, NodeError) else ""
+                return RunOutcome(EXIT_FAILED, failures=[REDACTOR.redact(f"cannot start: {where}{e}")],
+                                  state_dir=state.root)
+            resumed = _resumed(state, tasks)
             ctx = RunContext(
                 pipelines={p.id: p for p in selected},
                 state=state,
@@ -177,12 +185,31 @@ def run_files(
     outcome.exit_code = EXIT_FAILED if loop.failures else EXIT_OK
     outcome.summary = summary(loop.totals, outcome.outputs, outcome.failures, outcome.startup_seconds)
     if loop.totals.total_read() == 0 and not loop.failures:
-        outcome.summary += (
-            f"\n  nothing new to read: sources continue from their saved positions in {state.root}"
-            " (delete that directory to start over)"
-        )
+        if resumed:
+            outcome.summary += (
+                f"\n  nothing new to read: sources continue from their saved positions in {state.root}"
+                f" ({', '.join(map(str, resumed))}; delete that directory to start over)"
+            )
+        else:
+            outcome.summary += (
+                "\n  nothing was read: the sources returned no records (no saved position in "
+                f"{state.root} was used; check the sources' settings, e.g. a path, URI or topic)"
+            )
     print(outcome.summary, file=out)
     return outcome
+
+
+def _resumed(state: StateDir, tasks: list) -> list:
+    """The partitions that start from a saved state (a position, or a bounded source's end)."""
+    out = []
+    for t in tasks:
+        try:
+            saved = state.load(t.pipeline, t.source, t.partition)
+        except CdcflowError:  # unreadable: the tasks report it
+            continue
+        if saved.position is not None or saved.ended:
+            out.append(t)
+    return out
 
 
 def _teardown_executors(sc) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..durable import replace_file
 from ..errors import CdcflowError
+from .faults import state_fault
 
 STOP_FILE = "stop-requested"
 LOCK_FILE = "run.lock"
@@ -95,7 +96,10 @@ class StateDir:
         return (StateDir, (str(self.root),))
 
     def create(self) -> "StateDir":
-        (self.root / "positions").mkdir(parents=True, exist_ok=True)
+        try:
+            (self.root / "positions").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise state_fault(self.root / "positions", e) from e
         return self
 
     @property
@@ -115,12 +119,17 @@ class StateDir:
             data = path.read_bytes()
         except FileNotFoundError:
             return PartitionState()
+        except OSError as e:
+            raise state_fault(path, e) from e
         return PartitionState.from_json(data, str(path))
 
     def save(self, pipeline: str, source: str, partition: str, state: PartitionState) -> None:
         path = self.partition_file(pipeline, source, partition)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, state.to_json())
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, state.to_json())
+        except OSError as e:  # a full or read-only disk is an outage of the state store, named by path
+            raise state_fault(path, e) from e
 
     # -- early stop: the driver asks running tasks to finish their current batch
     def request_stop(self) -> None:
@@ -145,8 +154,13 @@ class RunLock:
         self._fd: int | None = None
 
     def __enter__(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self._fd is not None:  # already taken (``run_files`` takes it first to report a bad directory)
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise state_fault(self.path, e) from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -155,9 +169,13 @@ class RunLock:
                 f"state directory {self.path.parent} is in use by another `cdcflow run` "
                 "(stop it, or give this run its own --state-dir)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as e:
+            self.__exit__()
+            raise state_fault(self.path, e) from e
         return self
 
     def __exit__(self, *exc) -> None:

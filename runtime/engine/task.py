@@ -36,6 +36,7 @@ from ..record import (
     Record,
 )
 from .dlq import NackWindow, dlq_record
+from .faults import DESTINATION, DLQ, PROCESSOR, SOURCE, STATE, NodeError, RetryPolicy, as_infrastructure, describe, node_error
 from .plan import PartitionTask, RunContext
 from .state import PartitionState
 
@@ -95,6 +96,8 @@ class TaskStats:
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # CPU time of the worker process during the task (all its threads)
     opened: bool = False  # the source was (re)opened: first task of this worker, or the partition moved
+    saved: int = 0  # checkpoints saved (a batch written, its position saved and acknowledged)
+    retries: int = 0  # batches retried after an outage
     stopped: str | None = None  # DLQ stop: the message
     error: str | None = None  # anything else that failed the partition
     pid: int = 0  # the Python worker that ran the task
@@ -220,21 +223,26 @@ def _pipeline_parts(ctx: RunContext, pipe: PipelineConfig, registry) -> _Pipelin
         return parts
     built: list[Any] = []
     try:
-        chain = _build_chain(pipe.processors, registry)
+        with _In(pipe.id, PROCESSOR, "/".join(p.id for p in pipe.processors)):
+            chain = _build_chain(pipe.processors, registry)
         built.append(chain)
         dests = []
         for cfg in pipe.destinations:
-            plugin = _open_destination(cfg, cfg.plugin, registry)
+            with _In(pipe.id, DESTINATION, cfg.id):
+                plugin = _open_destination(cfg, cfg.plugin, registry)
             built.append(plugin)
-            dchain = _build_chain(cfg.processors, registry)
+            with _In(pipe.id, PROCESSOR, "/".join(p.id for p in cfg.processors)):
+                dchain = _build_chain(cfg.processors, registry)
             built.append(dchain)
             dests.append(_Destination(cfg, plugin, dchain))
         dlq_cfg = pipe.dead_letter_queue
-        dlq = _open_destination(
-            ConnectorConfig(id=f"{pipe.id}-dlq", type="destination", plugin=dlq_cfg.plugin, settings=dlq_cfg.settings),
-            dlq_cfg.plugin,
-            registry,
-        )
+        with _In(pipe.id, DLQ, dlq_cfg.plugin):
+            dlq = _open_destination(
+                ConnectorConfig(id=f"{pipe.id}-dlq", type="destination", plugin=dlq_cfg.plugin,
+                                settings=dlq_cfg.settings),
+                dlq_cfg.plugin,
+                registry,
+            )
     except BaseException:
         for part in built:
             _quiet_teardown(part)
@@ -266,9 +274,11 @@ def _open_source(
     plugin.lazy_batches = not (cfg.processors or pipe.processors or any(d.processors for d in pipe.destinations))
     chain = None
     try:
-        plugin.configure(settings)
-        plugin.open(state.position, task.partition)
-        chain = _build_chain(cfg.processors, registry)
+        with _In(pipe.id, SOURCE, cfg.id):
+            plugin.configure(settings)
+            plugin.open(state.position, task.partition)
+        with _In(pipe.id, PROCESSOR, "/".join(p.id for p in cfg.processors)):
+            chain = _build_chain(cfg.processors, registry)
     except BaseException:
         _quiet_teardown(chain)
         _quiet_teardown(plugin)
@@ -327,15 +337,97 @@ class _Nacks:
             self.counts[node] = self.counts.get(node, 0) + 1
 
 
-def _run_chain(chain, records: list[Record], nacks: _Nacks) -> tuple[list[Record], int]:
-    """Apply a chain; returns the surviving records and how many were filtered."""
+class _In:
+    """``with _In(pipeline, role, node):`` — a failure inside leaves as a ``NodeError`` naming the node."""
+
+    __slots__ = ("pipeline", "role", "node")
+
+    def __init__(self, pipeline: str, role: str, node: str):
+        self.pipeline, self.role, self.node = pipeline, role, node
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ, e, tb) -> None:
+        if e is not None and isinstance(e, Exception) and not isinstance(e, (NodeError, PipelineStopped)):
+            raise node_error(self.pipeline, self.role, self.node, e) from e
+
+
+def _run_chain(chain, records: list[Record], nacks: _Nacks, pipeline: str) -> tuple[list[Record], int]:
+    """Apply a chain; returns the surviving records and how many were filtered. A processor's
+    outage (``InfrastructureError``) fails the batch instead of nacking records."""
     if chain is None or not records:
         return records, 0
-    result = chain.process(records)
+    with _In(pipeline, PROCESSOR, "/".join(chain.node_ids)):
+        result = chain.process(records)
     for n in result.nacks:
         nacks.add(n.record, n.node_id, str(n.error))
     filtered = max(0, len(records) - len(result.records) - len(result.nacks))
     return result.records, filtered
+
+
+@dataclass(slots=True)
+class _Verdict:
+    """What the nack window makes of a batch's nacks so far."""
+
+    stop_at: int | None  # index (in the batch) of the record the pipeline stops at
+    reason: str
+    window_after: list[int]  # the window to save with the last acknowledged position
+    dlq: list[tuple[int, Record]]  # nacked records before the stop, as DLQ records
+    before_nack: dict[int, list[int]]  # the window as it was before each nack
+
+
+def _verdict(pipe: PipelineConfig, task: PartitionTask, positions: list[bytes], nacks: _Nacks,
+             window0: list[int]) -> _Verdict:
+    """Apply the nack window to the batch's nacks, in source order (pure: it is asked again when a
+    destination returns nacks)."""
+    dlq_cfg = pipe.dead_letter_queue
+    if not nacks.by_position:
+        if not any(window0):
+            return _Verdict(None, "", window0, [], {})
+        clean = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, window0)
+        clean.ack(len(positions))  # acks slide earlier nacks out of the window (cheap: O(window-size))
+        return _Verdict(None, "", clean.snapshot(), [], {})
+    unmatched = nacks.by_position.keys() - set(positions)
+    if unmatched:
+        _, node, error = nacks.by_position[next(iter(unmatched))]
+        raise NodeError(pipe.id, PROCESSOR, node, CdcflowError(
+            "rejected a record whose position is not one the source produced in this batch "
+            f"(a processor changed .Position?); cannot route it to the DLQ safely: {error}"))
+    window = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, window0)
+    before_nack: dict[int, list[int]] = {}
+    dlq_items: list[tuple[int, Record]] = []
+    run = 0
+    for i, pos in enumerate(positions):
+        hit = nacks.by_position.get(pos)
+        if hit is None:
+            run += 1
+            continue
+        window.ack(run)
+        run = 0
+        before_nack[i] = window.snapshot()
+        record, node, error = hit
+        if not window.nack():
+            reason = (
+                f"pipeline {pipe.id} stopped: {window.nacks} nacks in the last {window.size} records exceed "
+                f"window-nack-threshold {window.threshold} (source {task}, node {node}: {error})"
+            )
+            return _Verdict(i, reason, before_nack[i], dlq_items, before_nack)
+        dlq_items.append((i, dlq_record(record, node, error)))
+    window.ack(run)
+    return _Verdict(None, "", window.snapshot(), dlq_items, before_nack)
+
+
+def _before_stop(records: Sequence[Record], positions: list[bytes], stop_at: int) -> list[Record]:
+    """The records that come before the stopping one in source order (a destination's batch
+    after its processors: some records may be gone, a split may repeat a position)."""
+    later = set(positions[stop_at:])
+    out: list[Record] = []
+    for r in records:
+        if r.position in later:
+            break
+        out.append(r)
+    return out
 
 
 def _process_batch(
@@ -344,9 +436,16 @@ def _process_batch(
     parts: _PipelineParts,
     stats: TaskStats,
     checkpoints: "_Checkpoints",
-) -> _Nacks:
+    pipe: PipelineConfig,
+    state: PartitionState,
+) -> tuple[list[bytes], _Verdict, _Nacks]:
+    """Stamp, run every processor, then write each destination. The nack window is applied to the
+    processors' nacks *before* any write, so a stop writes nothing from the stopping record on;
+    a destination's own nacks are known only after its write: the destinations after it then get
+    only the records before the stop."""
     nacks = _Nacks()
-    src_id, name, version = stats.task.source, source.name, source.version
+    task = stats.task
+    src_id, name, version = task.source, source.name, source.version
     if isinstance(batch, RecordBatch):
         batch.add_metadata({META_SOURCE_CONNECTOR_ID: src_id, META_SOURCE_PLUGIN_NAME: name,
                             META_SOURCE_PLUGIN_VERSION: version})
@@ -356,108 +455,81 @@ def _process_batch(
             md[META_SOURCE_CONNECTOR_ID] = src_id
             md[META_SOURCE_PLUGIN_NAME] = name
             md[META_SOURCE_PLUGIN_VERSION] = version
-    records, f1 = _run_chain(source.chain, batch, nacks)
-    records, f2 = _run_chain(parts.chain, records, nacks)
+    records, f1 = _run_chain(source.chain, batch, nacks, pipe.id)
+    records, f2 = _run_chain(parts.chain, records, nacks, pipe.id)
     stats.filtered += f1 + f2
     fan_out = len(parts.destinations) > 1
+    outputs = []
     for dest in parts.destinations:
         drecs = records
         if dest.chain is not None:
             if fan_out:
                 drecs = [r.copy() for r in drecs]  # its processors must not change what the others get
-            drecs, f = _run_chain(dest.chain, drecs, nacks)
+            drecs, f = _run_chain(dest.chain, drecs, nacks, pipe.id)
             stats.filtered += f
+        outputs.append((dest, drecs))
+    positions = positions_of(batch)
+    verdict = _verdict(pipe, task, positions, nacks, state.window)
+    for dest, drecs in outputs:
+        if verdict.stop_at is not None:
+            drecs = _before_stop(drecs, positions, verdict.stop_at)
         if not drecs:
             continue
         checkpoints.flush()  # the previous batch is saved before this one is written: one unsaved batch at most
-        errors = dest.plugin.write(drecs)
+        dest_id = dest.config.id
+        with _In(pipe.id, DESTINATION, dest_id):
+            errors = dest.plugin.write(drecs)
+            if errors and len(errors) != len(drecs):
+                raise CdcflowError(f"write returned {len(errors)} results for {len(drecs)} records")
         failed = 0
         if errors:
-            if len(errors) != len(drecs):
-                raise CdcflowError(
-                    f"destination {dest.config.id}: write returned {len(errors)} results for {len(drecs)} records"
-                )
             for r, err in zip(drecs, errors):
                 if err is not None:
                     failed += 1
-                    nacks.add(r, dest.config.id, str(err))
-        stats.written[dest.config.id] = stats.written.get(dest.config.id, 0) + len(drecs) - failed
-    return nacks
+                    nacks.add(r, dest_id, str(err))
+            if failed:
+                verdict = _verdict(pipe, task, positions, nacks, state.window)
+        stats.written[dest_id] = stats.written.get(dest_id, 0) + len(drecs) - failed
+    return positions, verdict, nacks
 
 
 def _settle(
     pipe: PipelineConfig,
     task: PartitionTask,
-    batch: Sequence[Record],
+    positions: list[bytes],
+    verdict: _Verdict,
     nacks: _Nacks,
     state: PartitionState,
     parts: _PipelineParts,
     stats: TaskStats,
 ) -> tuple[list[bytes], str | None]:
-    """Apply the nack window and write the DLQ; returns the positions now settled (``state``
-    holds their position and window) and, if the pipeline must stop, why."""
-    positions = positions_of(batch)
-    stop_at: int | None = None
-    reason = ""
-    window_after = state.window
-    dlq_cfg = pipe.dead_letter_queue
-    if not nacks.by_position and any(state.window):
-        # acks slide earlier nacks out of the window (cheap: O(window-size))
-        clean = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, state.window)
-        clean.ack(len(positions))
-        window_after = clean.snapshot()
-    if nacks.by_position:
-        unmatched = nacks.by_position.keys() - set(positions)
-        if unmatched:
-            _, node, error = nacks.by_position[next(iter(unmatched))]
-            raise CdcflowError(
-                f"node {node} rejected a record whose position is not one the source produced in this batch "
-                f"(a processor changed .Position?); cannot route it to the DLQ safely: {error}"
-            )
-        window = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, state.window)
-        before_nack: dict[int, list[int]] = {}  # window as it was before each nack, for partial acks
-        dlq_items: list[tuple[int, Record]] = []
-        run = 0
-        for i, pos in enumerate(positions):
-            hit = nacks.by_position.get(pos)
-            if hit is None:
-                run += 1
-                continue
-            window.ack(run)
-            run = 0
-            before_nack[i] = window.snapshot()
-            record, node, error = hit
-            if not window.nack():
-                stop_at = i
-                reason = (
-                    f"pipeline {pipe.id} stopped: {window.nacks} nacks in the last {window.size} records exceed "
-                    f"window-nack-threshold {window.threshold} (source {task}, node {node}: {error})"
-                )
-                break
-            dlq_items.append((i, dlq_record(record, node, error)))
+    """Write the DLQ; returns the positions now settled (``state`` holds their position and
+    window) and, if the pipeline must stop, why. A DLQ outage fails the batch (retried); any
+    other DLQ failure stops the pipeline at the first record it did not take."""
+    stop_at, reason, window_after = verdict.stop_at, verdict.reason, verdict.window_after
+    if verdict.dlq:
+        failed_at: int | None = None
+        why = ""
+        dlq_cfg = pipe.dead_letter_queue
+        try:
+            results = parts.dlq.write([r for _, r in verdict.dlq])
+        except Exception as e:  # noqa: BLE001 - a DLQ failure stops the pipeline, with its reason
+            if as_infrastructure(e) is not None:
+                raise node_error(pipe.id, DLQ, dlq_cfg.plugin, e) from e
+            failed_at, why = verdict.dlq[0][0], describe(e)
         else:
-            window.ack(run)
-        window_after = window.snapshot() if stop_at is None else before_nack[stop_at]
-        if dlq_items:
-            failed_at: int | None = None
-            why = ""
-            try:
-                results = parts.dlq.write([r for _, r in dlq_items])
-            except Exception as e:  # noqa: BLE001 - a DLQ failure stops the pipeline, with its reason
-                failed_at, why = dlq_items[0][0], f"{type(e).__name__}: {e}"
-            else:
-                for (i, _), err in zip(dlq_items, results or ()):
-                    if err is not None:
-                        failed_at, why = i, str(err)
-                        break
-            if failed_at is not None:
-                stop_at = failed_at if stop_at is None else min(stop_at, failed_at)
-                window_after = before_nack[stop_at]
-                reason = f"pipeline {pipe.id} stopped: writing to the dead-letter queue failed (source {task}): {why}"
-            delivered = [i for i, _ in dlq_items if stop_at is None or i < stop_at]
-            stats.dlq += len(delivered)
-        for node, n in nacks.counts.items():
-            stats.nacked[node] = stats.nacked.get(node, 0) + n
+            for (i, _), err in zip(verdict.dlq, results or ()):
+                if err is not None:
+                    failed_at, why = i, str(err)
+                    break
+        if failed_at is not None:
+            stop_at = failed_at if stop_at is None else min(stop_at, failed_at)
+            window_after = verdict.before_nack[stop_at]
+            reason = (f"pipeline {pipe.id} stopped: writing to the dead-letter queue failed "
+                      f"({DLQ} {dlq_cfg.plugin}, source {task}): {why}")
+        stats.dlq += sum(1 for i, _ in verdict.dlq if stop_at is None or i < stop_at)
+    for node, n in nacks.counts.items():
+        stats.nacked[node] = stats.nacked.get(node, 0) + n
     acked = positions if stop_at is None else positions[:stop_at]
     if acked:
         state.position = acked[-1]
@@ -491,10 +563,10 @@ class _Checkpoints:
     written but unsaved batch per partition (the one being written).
     """
 
-    __slots__ = ("_ctx", "_task", "_source", "_future", "_positions")
+    __slots__ = ("_ctx", "_task", "_source", "_future", "_positions", "_stats")
 
-    def __init__(self, ctx: RunContext, task: PartitionTask, source: _OpenSource):
-        self._ctx, self._task, self._source = ctx, task, source
+    def __init__(self, ctx: RunContext, task: PartitionTask, source: _OpenSource, stats: TaskStats):
+        self._ctx, self._task, self._source, self._stats = ctx, task, source, stats
         self._future: Any = None
         self._positions: list[bytes] = []
 
@@ -508,7 +580,9 @@ class _Checkpoints:
     def save_now(self, state: PartitionState) -> None:
         self.flush()
         t = self._task
-        self._ctx.state.save(t.pipeline, t.source, t.partition, state)
+        with _In(t.pipeline, STATE, _state_node(t)):
+            self._ctx.state.save(t.pipeline, t.source, t.partition, state)
+        self._stats.saved += 1
 
     def flush(self) -> None:
         """Wait for the pending save (its error raises here), then acknowledge its positions."""
@@ -516,9 +590,17 @@ class _Checkpoints:
         if future is None:
             return
         self._future, self._positions = None, []
-        future.result()
-        self._source.plugin.ack(positions)
+        t = self._task
+        with _In(t.pipeline, STATE, _state_node(t)):
+            future.result()
+        with _In(t.pipeline, SOURCE, t.source):
+            self._source.plugin.ack(positions)
         self._source.position = positions[-1]
+        self._stats.saved += 1
+
+
+def _state_node(task: PartitionTask) -> str:
+    return f"(positions of source {task.source}{f'[{task.partition}]' if task.partition else ''})"
 
 
 def _work(
@@ -546,7 +628,8 @@ def _work(
         also leave the collector's allocation count, so resuming it afterwards does not start
         a collection; cyclic garbage a plugin leaves behind still counts and is collected later.
         """
-        batch = source.plugin.read(batch_size)
+        with _In(pipe.id, SOURCE, task.source):
+            batch = source.plugin.read(batch_size)
         if batch is None:
             stats.ended = True
             if not state.ended:
@@ -558,10 +641,10 @@ def _work(
         if not stats.read:
             stats.timeline.append(("first-batch", time.time()))
         stats.read += len(batch)
-        nacks = _process_batch(batch, source, parts, stats, checkpoints)
-        if nacks.by_position:
+        positions, verdict, nacks = _process_batch(batch, source, parts, stats, checkpoints, pipe, state)
+        if verdict.dlq:
             checkpoints.flush()  # DLQ writes, like destination writes, wait for the previous save
-        acked, stop_reason = _settle(pipe, task, batch, nacks, state, parts, stats)
+        acked, stop_reason = _settle(pipe, task, positions, verdict, nacks, state, parts, stats)
         if acked:
             checkpoints.submit(state, acked)
         if stop_reason is not None:
@@ -614,7 +697,12 @@ def _caught_up(plugin) -> bool:
 
 
 def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
-    """Work on one partition for up to the task's budget; never raises (errors are in the stats)."""
+    """Work on one partition for up to the task's budget; never raises (errors are in the stats).
+
+    A batch failed by an outage (``InfrastructureError``, in any node) is retried with the
+    pipeline's backoff: the cached plugins are closed, the partition's saved state is read
+    again and the source reopened at it, so the batch is read and written anew (nothing of it
+    was acknowledged). When the budget is spent the pipeline fails, naming the node."""
     started = time.monotonic()
     cpu_started = time.process_time()
     stats = TaskStats(task, pid=os.getpid())
@@ -626,37 +714,85 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
         pipe = ctx.pipelines[task.pipeline]
         registry = _registry(ctx)
         mark(("registry", time.time()))
-        state = ctx.state.load(task.pipeline, task.source, task.partition)
-        parts = _pipeline_parts(ctx, pipe, registry)
-        mark(("pipeline", time.time()))
-        source = _open_source(ctx, pipe, task, state, registry, stats)
-        mark(("source", time.time()))
-        stats.process_cpu_at_source = time.process_time()
-        checkpoints = _Checkpoints(ctx, task, source)
-        try:
-            _work(ctx, pipe, task, state, source, parts, stats, checkpoints)
-            mark(("work", time.time()))
-        except BaseException:
+        policy = RetryPolicy.of(pipe.engine)
+        retry, failing_since = 0, 0.0
+        while True:
+            saved_before = stats.saved
             try:
-                checkpoints.flush()  # what was written and saved before the failure is still acknowledged
-            except Exception:  # noqa: BLE001 - the first failure is the one to report
-                log.debug("checkpoint after a failure failed", exc_info=True)
-            raise
-        checkpoints.flush()
-        try:
-            stats.lag = source.plugin.lag()
-        except Exception:  # noqa: BLE001 - lag is informative only
-            stats.lag = None
+                _attempt(ctx, pipe, task, registry, stats)
+                break
+            except NodeError as e:
+                if not e.retryable:
+                    raise
+                _evict_pipeline(ctx, task.pipeline)  # reopen everything: a broken connection heals that way
+                now = time.monotonic()
+                if retry == 0 or stats.saved > saved_before:  # a batch went through since: a new outage
+                    retry, failing_since = 0, now
+                retry += 1
+                wait = policy.next_delay(retry, now - failing_since)
+                if wait is None:
+                    raise _GaveUp(f"{e} (gave up after {retry - 1} retries in {now - failing_since:.1f}s, "
+                                  f"{policy})") from e
+                stats.retries += 1
+                log.warning("pipeline %s: %s (source partition %s); retry %d in %.1fs", task.pipeline, e, task, retry, wait)
+                if not _wait_unless_stopped(ctx, wait):
+                    break  # the run is stopping: nothing of the failed batch was acknowledged
     except PipelineStopped:
         _evict_pipeline(ctx, task.pipeline)
     except Exception as e:  # noqa: BLE001 - reported to the driver with its context
         log.debug("partition %s failed", task, exc_info=True)
-        stats.error = f"source {task}: {type(e).__name__}: {e}"
+        if isinstance(e, (NodeError, _GaveUp)):
+            stats.error = f"{e} (source partition {task})"
+        else:
+            stats.error = f"source partition {task}: {describe(e)}"
         _evict_pipeline(ctx, task.pipeline)
     stats.seconds = time.monotonic() - started
     stats.cpu_seconds = time.process_time() - cpu_started
     mark(("end", time.time()))
     return stats
+
+
+class _GaveUp(CdcflowError):
+    """An outage outlasted the pipeline's retry budget."""
+
+
+def _wait_unless_stopped(ctx: RunContext, seconds: float) -> bool:
+    """Sleep before a retry; False as soon as the run is asked to stop."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if ctx.state.stop_requested():
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(left, 0.1))
+
+
+def _attempt(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, registry, stats: TaskStats) -> None:
+    """Open (or reuse) the partition's plugins at its saved state and work until the budget is used."""
+    mark = stats.timeline.append
+    with _In(pipe.id, STATE, _state_node(task)):
+        state = ctx.state.load(task.pipeline, task.source, task.partition)
+    parts = _pipeline_parts(ctx, pipe, registry)
+    mark(("pipeline", time.time()))
+    source = _open_source(ctx, pipe, task, state, registry, stats)
+    mark(("source", time.time()))
+    stats.process_cpu_at_source = time.process_time()
+    checkpoints = _Checkpoints(ctx, task, source, stats)
+    try:
+        _work(ctx, pipe, task, state, source, parts, stats, checkpoints)
+        mark(("work", time.time()))
+    except BaseException:
+        try:
+            checkpoints.flush()  # what was written and saved before the failure is still acknowledged
+        except Exception:  # noqa: BLE001 - the first failure is the one to report
+            log.debug("checkpoint after a failure failed", exc_info=True)
+        raise
+    checkpoints.flush()
+    try:
+        stats.lag = source.plugin.lag()
+    except Exception:  # noqa: BLE001 - lag is informative only
+        stats.lag = None
 
 
 #: set to a directory to write one cProfile file per task (``<pipeline>.<source>.<partition>.<pid>.<n>.prof``)

@@ -15,6 +15,8 @@ Semantics (Conduit's):
 - ``FILTERED`` drops a record (it counts as acknowledged);
 - ``Failed``, a raise for one record, or a condition that fails for one record
   nacks only that record, naming the processor; the rest of the batch goes on;
+- an ``InfrastructureError`` (an outage, never the record's fault) is not a nack: it
+  leaves ``process`` with ``processor_id`` set, and the engine fails the batch;
 - a transform returning several records (a split) puts them where the input was.
 """
 
@@ -26,7 +28,7 @@ from itertools import compress
 from operator import not_
 from typing import Any, Sequence
 
-from ..errors import CdcflowError, ConfigError
+from ..errors import CdcflowError, ConfigError, InfrastructureError
 from ..expr import Condition, ExpressionError
 from ..record import Record
 from ..sdk import Failed, Filtered, Transform
@@ -161,6 +163,11 @@ class Chain:
         transform = node.transform
         try:
             results = transform.process(selected)
+        except InfrastructureError as e:
+            # an outage is no record's fault: it fails the batch (the engine retries it), naming the processor
+            if not getattr(e, "processor_id", None):
+                e.processor_id = node.id  # type: ignore[attr-defined]
+            raise
         except Exception as e:  # noqa: BLE001
             # A batch-level raise cannot say which record failed: run the records one
             # by one so only the failing ones are nacked.
@@ -170,6 +177,9 @@ class Chain:
                 try:
                     one = transform.process([r])
                     results.append(one[0] if len(one) == 1 else Failed(f"returned {len(one)} results for 1 record"))
+                except InfrastructureError as e1:
+                    e1.processor_id = node.id  # type: ignore[attr-defined]
+                    raise
                 except Exception as e1:  # noqa: BLE001
                     results.append(Failed(_message(e1)))
             return results

@@ -13,6 +13,7 @@ becomes ``"true"``, ``key:`` (null) becomes ``""``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -488,6 +489,36 @@ def _engine_state_dir(parser: _FileParser, node: Node, engine: EngineConfig, wha
         engine.state_dir = str(Path(parser.file_dir, os.path.expanduser(value)))
 
 
+def _engine_max_retries(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    value = parser.integer(node, what, -1)
+    if value is not None:
+        engine.retry_max_retries = value
+
+
+def _engine_retry_seconds(attr: str) -> Callable[[_FileParser, Node, EngineConfig, str], None]:
+    def parse(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+        seconds = _engine_seconds(parser, node, what)
+        if seconds is not None:
+            setattr(engine, attr, seconds)
+
+    return parse
+
+
+def _engine_backoff_factor(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    raw = parser.text(node, what)
+    if raw is None:
+        return
+    try:
+        value = float(raw)
+    except ValueError:
+        parser.problem(node, f"{what} must be a number, got {raw!r}")
+        return
+    if not value >= 1:
+        parser.problem(node, f"{what} must be >= 1, got {raw!r}")
+        return
+    engine.retry_backoff_factor = value
+
+
 _ENGINE_KEYS: dict[str, Callable[[_FileParser, Node, EngineConfig, str], None]] = {
     "master": _engine_master,
     "conf": _engine_conf,
@@ -495,18 +526,17 @@ _ENGINE_KEYS: dict[str, Callable[[_FileParser, Node, EngineConfig, str], None]] 
     "micro-batch-duration": _engine_micro_batch_duration,
     "batch-size": _engine_batch_size,
     "state-dir": _engine_state_dir,
+    # Conduit's pipelines.error-recovery.* names; max-elapsed is Kafka Connect's errors.retry.timeout
+    "error-recovery.max-retries": _engine_max_retries,
+    "error-recovery.min-delay": _engine_retry_seconds("retry_min_delay"),
+    "error-recovery.max-delay": _engine_retry_seconds("retry_max_delay"),
+    "error-recovery.backoff-factor": _engine_backoff_factor,
+    "error-recovery.max-elapsed": _engine_retry_seconds("retry_max_elapsed"),
 }
 
 
 def _copy_engine(e: EngineConfig) -> EngineConfig:
-    return EngineConfig(
-        master=e.master,
-        conf=dict(e.conf),
-        trigger_interval=e.trigger_interval,
-        micro_batch_duration=e.micro_batch_duration,
-        batch_size=e.batch_size,
-        state_dir=e.state_dir,
-    )
+    return dataclasses.replace(e, conf=dict(e.conf))
 
 
 def _is_null(node: Node) -> bool:

@@ -61,6 +61,13 @@ class EngineConfig:
     micro_batch_duration: float | None = None  # seconds a task works per micro-batch (engine default if None)
     batch_size: int = 10_000  # records per read/transform/write batch
     state_dir: str | None = None  # default: .cdcflow/ beside the pipeline file
+    # error recovery: a batch failed by an outage (InfrastructureError) is retried with
+    # exponential backoff, then the pipeline stops (docs/reliability.md)
+    retry_max_retries: int = 10  # -1: no limit (then only retry_max_elapsed bounds it)
+    retry_min_delay: float = 1.0  # seconds before the first retry
+    retry_max_delay: float = 30.0  # cap of one delay
+    retry_backoff_factor: float = 2.0  # each delay is the previous one times this
+    retry_max_elapsed: float = 300.0  # give up once the failure lasted this long (0: no limit)
 
 
 @dataclass

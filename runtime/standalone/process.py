@@ -22,7 +22,7 @@ from typing import Mapping
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ..errors import CdcflowError, ConfigError, PluginCrashedError
+from ..errors import CdcflowError, ConfigError, InfrastructureError, PluginCrashedError
 from .handshake import (
     CDCFLOW_HEALTH_SERVICE,
     DEFAULT_MAX_PORT,
@@ -247,6 +247,13 @@ class PluginProcess:
             return self.crashed(f"died during {method} ({code.name})")
         if code is grpc.StatusCode.INVALID_ARGUMENT and method.endswith("Configure"):
             return ConfigError(self.name, None, "plugin", e.details() or "settings rejected by the plugin")
+        if code is grpc.StatusCode.UNAVAILABLE:  # the plugin's service is down (server.py's _fail)
+            from .server import OUTAGE_ENDPOINT_KEY, OUTAGE_SERVICE_KEY
+
+            trailers = dict(e.trailing_metadata() or ())
+            return InfrastructureError(f"plugin {self.name}: {method}: {e.details() or 'unavailable'}",
+                                       service=trailers.get(OUTAGE_SERVICE_KEY) or f"plugin {self.name}",
+                                       endpoint=trailers.get(OUTAGE_ENDPOINT_KEY) or None)
         return PluginCallError(self.name, method, code.name, e.details() or "")
 
     # -- stop -----------------------------------------------------------------------

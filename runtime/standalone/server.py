@@ -32,7 +32,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..convert.protobuf import from_wire, to_proto
-from ..errors import CdcflowError, ConfigError
+from ..errors import CdcflowError, ConfigError, InfrastructureError
 from ..params import REDACTOR, Parameter, secret_values, validate
 from ..pb.connector.v2 import (
     destination_pb2, destination_pb2_grpc, source_pb2, source_pb2_grpc, specifier_pb2, specifier_pb2_grpc,
@@ -124,6 +124,10 @@ def _configure(plugin: ServedPlugin, spec: Mapping[str, Parameter], raw: Mapping
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
 
+#: trailing metadata of an UNAVAILABLE answer: the ``InfrastructureError``'s service and endpoint
+OUTAGE_SERVICE_KEY, OUTAGE_ENDPOINT_KEY = "cdcflow-outage-service", "cdcflow-outage-endpoint"
+
+
 def _fail(context: grpc.ServicerContext, what: str, e: BaseException) -> None:
     """Log the traceback to the plugin's log stream and end the RPC with the reason."""
     if isinstance(e, CdcflowError):  # expected failures carry their context; no traceback
@@ -131,6 +135,10 @@ def _fail(context: grpc.ServicerContext, what: str, e: BaseException) -> None:
     else:
         log.error("%s failed: %s\n%s", what, e, traceback.format_exc())
     code = grpc.StatusCode.INVALID_ARGUMENT if isinstance(e, ConfigError) else grpc.StatusCode.INTERNAL
+    if isinstance(e, InfrastructureError):
+        # an outage: UNAVAILABLE, with service and endpoint for the host to raise it again as one
+        code = grpc.StatusCode.UNAVAILABLE
+        context.set_trailing_metadata(((OUTAGE_SERVICE_KEY, e.service or ""), (OUTAGE_ENDPOINT_KEY, e.endpoint or "")))
     msg = str(e) if isinstance(e, CdcflowError) else f"{type(e).__name__}: {e}"
     context.abort(code, f"{what}: {msg}")
 
@@ -443,7 +451,10 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
                     count += _weight(item)
                 tail = batch.pop() if not _is_message(batch[-1]) else None
                 if batch:
-                    malformed = yield from self._write_messages(batch, store, wire)
+                    try:
+                        malformed = yield from self._write_messages(batch, store, wire)
+                    except InfrastructureError as e:  # an outage fails the stream; no record is nacked
+                        _fail(context, "Destination.Run", e)
                     if malformed is not None:
                         _fail(context, "Destination.Run", malformed)
                 if tail is _END:
@@ -498,6 +509,8 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
             res = self._dst.write(good) if good else None
             if res is not None and len(res) != len(good):
                 raise CdcflowError(f"destination returned {len(res)} results for {len(good)} records")
+        except InfrastructureError:
+            raise  # not the records' fault: Run fails the stream (UNAVAILABLE), the host retries the batch
         except Exception as e:  # noqa: BLE001 - the whole write failed: every record in it is nacked
             msg = str(e) if isinstance(e, CdcflowError) else f"{type(e).__name__}: {e}"
             log.error("write of %d records failed: %s", len(good), msg)

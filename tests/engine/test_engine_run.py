@@ -231,3 +231,43 @@ def test_unbounded_run_serves_metrics_and_stops_cleanly_on_request(spark, test_p
     for p, recs in got.items():
         saved = state.load("p1", "gen", p).position
         assert saved is not None and int(saved.split(b"/")[1]) >= int(recs[-1].position.split(b"/")[1])
+
+
+TWO_DESTINATIONS = """\
+version: "2.2"
+pipelines:
+  - id: p2
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+{gen}
+{destinations}
+"""
+
+
+def test_a_destination_nack_stop_limits_what_the_later_destinations_write(spark, test_plugins, tmp_path):
+    """Default window: destination `first` rejects id 50. Its write already took the batch's
+    records after 50 (a destination's nack is known only after its write); `second`, written
+    after it, gets only the records before 50, and a processor nack would have stopped both
+    before writing (see test_faults.py). The position saved is the one before 50."""
+    dests = []
+    for name, reject in (("first", "50"), ("second", "")):
+        dests.append(f"""\
+      - id: {name}
+        type: destination
+        plugin: test-recorder
+        settings:
+          path: ${{CDCFLOW_FILE_DIR}}/{name}.bin
+          reject: "{reject}"
+""")
+    text = TWO_DESTINATIONS.format(gen=generator_yaml(100, 1, operations="create"), destinations="".join(dests))
+    path = write_pipeline(tmp_path / "two.yaml", text)
+    outcome = run_files([str(path)], until_idle=True, limits=SMALL, progress=False)
+    assert outcome.exit_code == 1 and "rejected id 50" in outcome.failures[0]
+    first = [r.key["id"] for r in test_plugins.read_records(tmp_path / "first.bin")]
+    second = [r.key["id"] for r in test_plugins.read_records(tmp_path / "second.bin")]
+    assert second == list(range(50))
+    assert first == [i for i in range(100) if i != 50]  # one batch of 100: written before the nack was known
+    assert StateDir(tmp_path / ".cdcflow").load("p2", "gen", "0").position == b"0/49"

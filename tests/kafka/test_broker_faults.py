@@ -555,7 +555,6 @@ def test_run_on_a_broker_that_is_down_is_one_error_naming_source_and_servers(tmp
     assert took < 90, took  # Spark start-up under load included; broker-timeout is 3s
 
 
-@pytest.mark.xfail(reason="needs engine-faults branch", strict=True)
 @pytest.mark.timeout(120)
 def test_run_on_a_broker_that_is_down_names_the_pipeline(tmp_path):
     """The connector does not know its pipeline: the engine adds it to an error raised while

@@ -243,7 +243,8 @@ def test_unknown_keys_are_problems(tmp_path):
         "F:16: pipeline 'p': dead-letter-queue: unknown key 'window' (known: plugin, settings, window-size, "
         "window-nack-threshold)",
         "F:18: pipeline 'p'.engine: unknown key 'trigger_interval' (known: master, conf, trigger-interval, "
-        "micro-batch-duration, batch-size, state-dir)",
+        "micro-batch-duration, batch-size, state-dir, error-recovery.max-retries, error-recovery.min-delay, "
+        "error-recovery.max-delay, error-recovery.backoff-factor, error-recovery.max-elapsed)",
     ]
 
 

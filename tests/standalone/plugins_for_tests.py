@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any, Sequence
 
+from cdcflow.errors import InfrastructureError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
 from cdcflow.sdk import FILTERED, ConnectorPlugin, Destination, Failed, Source, Transform
@@ -64,6 +65,8 @@ class AppendingDestination(Destination):
                 if die_after and self.written >= die_after:
                     f.flush()
                     os._exit(3)
+                if r.key == b"outage":  # stands in for the service behind the destination going down
+                    raise InfrastructureError("connection refused", service="test-db", endpoint="db.test:5432")
                 if r.key == b"reject":
                     results.append("rejected by test destination")
                     continue

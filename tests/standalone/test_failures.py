@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow.errors import PluginCrashedError
+from cdcflow.errors import InfrastructureError, PluginCrashedError
 from cdcflow.record import Record
 from cdcflow.standalone.handshake import HandshakeError
 from cdcflow.standalone.host import HostOptions, StandaloneDestination, StandaloneSource, specify
@@ -64,6 +64,23 @@ def test_destination_dies_mid_stream(plugins_dir: Path, tmp_path: Path) -> None:
     msg = str(err.value)
     assert err.value.plugin == "dying-dest"
     assert "10 records of the batch unacknowledged" in msg and "exit code 3" in msg
+
+
+def test_destination_outage_is_raised_as_an_outage_not_nacks(plugins_dir: Path, tmp_path: Path) -> None:
+    """A standalone destination whose service is down fails the write with InfrastructureError
+    (service and endpoint carried over gRPC), instead of nacking every record to the DLQ."""
+    out = tmp_path / "out"
+    dst = StandaloneDestination(served(plugins_dir, "outage-dest", "TEST_CONNECTOR"))
+    dst.configure({"path": str(out)})
+    dst.open()
+    batch = [Record(position=str(i).encode(), key=b"outage" if i == 3 else b"k", after=b"x") for i in range(5)]
+    try:
+        with pytest.raises(InfrastructureError) as err:
+            dst.write(batch)
+    finally:
+        dst.teardown()
+    assert err.value.service == "test-db" and err.value.endpoint == "db.test:5432"
+    assert "outage-dest" in str(err.value) and "connection refused" in str(err.value)
 
 
 def test_source_killed_mid_stream(plugins_dir: Path, tmp_path: Path) -> None:

@@ -7,6 +7,13 @@ engine must ship it to the Spark workers itself (zip with its .dist-info).
   exact Record objects; rejects records whose key ``id`` is in ``reject`` (comma list)
   with the message ``rejected id N``.
 - ``test-broken``: every write raises (a DLQ that cannot be written).
+- ``test.lookup`` (transform): enriches records from a "service" whose first ``fail-batches``
+  calls raise ``InfrastructureError`` (counted across processes in ``counter``), like a
+  lookup processor whose backend is briefly down.
+- ``test-outage``: a ``test-recorder`` whose first ``fail-writes`` writes raise
+  ``InfrastructureError`` before writing anything (-1: every write), counted across
+  processes in ``<path>.attempts``. It stands in for a service outage in the engine
+  tests; the connectors' own tests produce real ones (a stopped broker, a full disk).
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ import struct
 
 import pluggy
 
+from cdcflow.errors import InfrastructureError
 from cdcflow.params import Parameter, ParamType
-from cdcflow.sdk import ConnectorPlugin, Destination
+from cdcflow.sdk import ConnectorPlugin, Destination, Transform
 
 hookimpl = pluggy.HookimplMarker("cdcflow")
 
@@ -52,6 +60,46 @@ class Recorder(Destination):
             self.fd = None
 
 
+class Outage(Recorder):
+    def configure(self, config):
+        super().configure(config)
+        self.fail_writes = int(config.get("fail-writes") or 0)
+
+    def write(self, records):
+        attempt = _count(self.path + ".attempts")
+        if self.fail_writes < 0 or attempt <= self.fail_writes:
+            raise InfrastructureError(f"write {attempt}: connection refused", service="test-service",
+                                      endpoint="test://outage:9")
+        return super().write(records)
+
+
+def _count(path):
+    """Append one byte to ``path`` and return how many there are (a counter shared by processes)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b".")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+class Lookup(Transform):
+    name = "test.lookup"
+    summary = "sets Metadata[looked-up]; its first calls find the service down"
+    parameters = {
+        "counter": Parameter(ParamType.STRING, None, "file counting the calls", required=True),
+        "fail-batches": Parameter(ParamType.INT, "0", "calls that fail first"),
+    }
+
+    def process(self, records):
+        if _count(self.config["counter"]) <= int(self.config["fail-batches"]):
+            raise InfrastructureError("lookup service refused the connection", service="lookup",
+                                      endpoint="http://lookup.test:8080")
+        for r in records:
+            r.metadata["looked-up"] = "yes"
+        return list(records)
+
+
 class Broken(Destination):
     def write(self, records):
         raise OSError("disk on fire")
@@ -74,6 +122,12 @@ def read_records(path):
     return out
 
 
+RECORDER_PARAMS = {
+    "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
+    "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+}
+
+
 @hookimpl
 def cdcflow_connectors():
     return [
@@ -82,10 +136,22 @@ def cdcflow_connectors():
             version="v0.1.0",
             summary="records pickled records; rejects chosen ids",
             destination=Recorder,
+            destination_params=RECORDER_PARAMS,
+        ),
+        ConnectorPlugin(
+            name="test-outage",
+            version="v0.1.0",
+            summary="a test-recorder whose first writes fail with InfrastructureError",
+            destination=Outage,
             destination_params={
-                "path": Parameter(ParamType.STRING, None, "file to append to", required=True),
-                "reject": Parameter(ParamType.STRING, "", "comma-separated key ids to reject"),
+                **RECORDER_PARAMS,
+                "fail-writes": Parameter(ParamType.INT, "0", "writes that fail first (-1: all)"),
             },
         ),
         ConnectorPlugin(name="test-broken", version="v0.1.0", summary="every write fails", destination=Broken),
     ]
+
+
+@hookimpl
+def cdcflow_transforms():
+    return [Lookup]
