@@ -101,7 +101,14 @@ class StorageDestination(Destination):
         when the layout has dates); a run whose directory cannot be made gets the error."""
         if not min(rows.commit_ts):
             rows.commit_ts = self._known_commit_ts(rows.commit_ts)
-        rows = self._key_only_widened(rows)
+        try:
+            rows = self._key_only_widened(rows)  # may list the table's schema files: its path must be storable
+        except InfrastructureError:
+            raise
+        except (CdcflowError, ValueError) as e:
+            for i in rows.indexes:
+                errors[i] = f"{type(e).__name__}: {e}"
+            return
         top = max(rows.commit_ts)
         if self._max_commit_ts is None or top > self._max_commit_ts:
             self._max_commit_ts = top

@@ -86,6 +86,8 @@ def _count(path):
 class Lookup(Transform):
     name = "test.lookup"
     summary = "sets Metadata[looked-up]; its first calls find the service down"
+    description = ("Stands in for a processor that calls an outside service: the first `fail-batches` calls "
+                   "raise InfrastructureError, as an unreachable service would.")
     parameters = {
         "counter": Parameter(ParamType.STRING, None, "file counting the calls", required=True),
         "fail-batches": Parameter(ParamType.INT, "0", "calls that fail first"),
