@@ -203,6 +203,12 @@ def opencdc_ids(servers: str, topic: str) -> Counter:
     return Counter(json.loads(m.key())["id"] for m in raw_messages(servers, topic, idle=0.7))
 
 
+#: a short outage budget: these runs must give up (the default budget waits up to 5 minutes)
+SHORT_BUDGET = """  error-recovery.max-retries: "1"
+  error-recovery.min-delay: 100ms
+"""
+
+
 def generator_to_kafka(servers: str, topic: str, n: int, engine: str = "", generator: str = "",
                        pipeline: str = "") -> str:
     """A pipeline file: ``n`` generated records → kafka (opencdc-json, delivery-timeout 2s)."""
@@ -233,7 +239,7 @@ def test_engine_run_fails_on_frozen_broker_and_rerun_delivers_everything(broker,
     topic, n = unique_name, 3000
     create_topic(broker.servers, topic, 1)
     cfg, state = tmp_path / "pipeline.yaml", tmp_path / "state"
-    cfg.write_text(generator_to_kafka(broker.servers, topic, n, engine="engine:\n  batch-size: 100\n",
+    cfg.write_text(generator_to_kafka(broker.servers, topic, n, engine="engine:\n  batch-size: 100\n" + SHORT_BUDGET,
                                       generator='          rate: "1000"\n'))
     saved = state / "positions" / "gen" / "in" / "0.json"
     proc = start_run(cfg, state)
@@ -404,7 +410,7 @@ def test_engine_does_not_dead_letter_records_because_the_broker_is_frozen(broker
     topic, n = unique_name, 3
     create_topic(broker.servers, topic, 1)
     cfg, state, dlq = tmp_path / "pipeline.yaml", tmp_path / "state", tmp_path / "dlq.jsonl"
-    cfg.write_text(generator_to_kafka(broker.servers, topic, n, pipeline=(
+    cfg.write_text(generator_to_kafka(broker.servers, topic, n, engine="engine:\n" + SHORT_BUDGET, pipeline=(
         f"    dead-letter-queue:\n      plugin: builtin:file\n      settings:\n        path: {dlq}\n"
         "      window-size: 0\n")))
     with broker.frozen():  # the broker stalls before the first write: nothing is cached
@@ -455,7 +461,7 @@ def kafka_to_file(servers: str, topic: str, out: Path, *, pipeline_id: str = "k2
     return f"""version: "2.2"
 engine:
   batch-size: 100
-pipelines:
+{SHORT_BUDGET}pipelines:
   - id: {pipeline_id}
     status: running
     connectors:

@@ -88,11 +88,18 @@ def saved_offset(state: Path, pipeline: str) -> int:
     return saved_offsets(state, pipeline).get(0, -1)
 
 
-def kafka_to_kafka(servers: str, upstream: str, downstream: str, src: str, out_rule: str, dlq: Path) -> str:
+#: a short outage budget: these runs must give up (the default budget waits up to 5 minutes)
+SHORT_BUDGET = """  error-recovery.max-retries: "1"
+  error-recovery.min-delay: 100ms
+"""
+
+
+def kafka_to_kafka(servers: str, upstream: str, downstream: str, src: str, out_rule: str, dlq: Path,
+                   budget: str = SHORT_BUDGET) -> str:
     return f"""version: "2.2"
 engine:
   batch-size: 100
-pipelines:
+{budget}pipelines:
   - id: reg
     status: running
     connectors:
@@ -192,7 +199,8 @@ def test_registry_killed_under_the_source_fails_the_run_and_a_rerun_reads_all(
     registry.kill()
     out, state = tmp_path / "out.jsonl", tmp_path / "state"
     cfg = pipeline_file(tmp_path, f"""version: "2.2"
-pipelines:
+engine:
+{SHORT_BUDGET}pipelines:
   - id: regsrc
     status: running
     connectors:
@@ -220,3 +228,55 @@ pipelines:
     output, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, output[-3000:]
     assert sorted(r["key"]["id"] for r in lines(out)) == list(range(300))
+
+
+@pytest.mark.slow  # ~40 s: a live run through an outage shorter than its budget
+@pytest.mark.timeout(600)
+def test_registry_down_for_a_while_is_ridden_out_without_loss_or_dlq(
+        kafka_broker, schema_registry, registry, unique_name, tmp_path):
+    """The outage operators actually have: the registry stops answering for a few seconds (SIGSTOP)
+    and comes back. The batch that needs it fails and is retried with backoff inside the
+    ``error-recovery`` budget; the run goes on, nothing goes to the DLQ and every row arrives."""
+    src, rule = f"{unique_name}-in", f"{unique_name}-out-{{schema}}-{{table}}"
+    upstream = RegistryClient(schema_registry)
+    for part in ("key", "value"):
+        upstream.set_compatibility("NONE", f"{src}-{part}")
+    create_topic(kafka_broker, src, 1)
+    produce(kafka_broker, schema_registry, src, [(0, ev) for ev in orders(range(200))])
+    dlq, state = tmp_path / "dlq.jsonl", tmp_path / "state"
+    budget = """  error-recovery.min-delay: 500ms
+  error-recovery.max-delay: 2s
+  error-recovery.max-elapsed: 2m
+"""
+    cfg = pipeline_file(tmp_path, kafka_to_kafka(kafka_broker, schema_registry, registry.url, src, rule, dlq,
+                                                 budget=budget))
+    proc = start_live(cfg, state)
+    try:
+        deadline = time.monotonic() + 150
+        while saved_offset(state, "reg") < 200:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "orders not written"
+            time.sleep(0.05)
+        registry.pause()
+        produce(kafka_broker, schema_registry, src, [(0, ev) for ev in items(range(300))])
+        time.sleep(8)  # several failed attempts (schema-registry-timeout 2s each), then the registry is back
+        assert proc.poll() is None, "the run gave up inside its budget: " + proc.stdout.read()[-3000:]
+        registry.resume()
+        deadline = time.monotonic() + 150
+        while saved_offset(state, "reg") < 500:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "items not written after the registry came back"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(60)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    output = proc.stdout.read()
+    assert not lines(dlq), "records dead-lettered for a registry outage"
+    assert "RegistryUnavailableError" in output or "retry" in output.lower(), output[-3000:]  # the wait was said
+    assert sorted(set(keys(kafka_broker, registry.url, f"{unique_name}-out-shop-orders"))) == list(range(200))
+    assert sorted(set(keys(kafka_broker, registry.url, f"{unique_name}-out-shop-items"))) == list(range(300))

@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 PIPELINE = """\
 version: "2.2"
+engine:
+  error-recovery.max-retries: "1"
+  error-recovery.min-delay: 100ms
 pipelines:
   - id: to-lake
     connectors:

@@ -300,6 +300,9 @@ def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_pa
     gen = {"format.type": "tidb", "operations": "create", "seed": "3", "recordCount": "100000", "rate": "400",
            "partitions": "1"}
     path = pipeline_file(tmp_path / "p.yaml", "stall", ("builtin:generator", gen), ("builtin:storage", lake), batch=50)
+    text = Path(path).read_text()  # one retry: the default outage budget would wait up to 5 minutes
+    Path(path).write_text(text.replace("engine:\n", "engine:\n  error-recovery.max-retries: \"1\"\n"
+                                       "  error-recovery.min-delay: 100ms\n", 1))
     proc = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", path, "--until-idle", "--master", "local[1]",
                              "--state-dir", str(tmp_path / "state")], cwd=Path(__file__).resolve().parents[2],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
