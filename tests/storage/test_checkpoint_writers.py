@@ -12,7 +12,6 @@ import multiprocessing as mp
 import random
 
 import fsspec
-import orjson
 import pytest
 
 from cdcflow.connectors.storage.writer import FileStore, read_checkpoint, write_checkpoint
@@ -61,24 +60,13 @@ def _advance_s3(uri: str, creds: dict, values: list, barrier, kept) -> None:
         kept.put((ts, write_checkpoint(store, ts)))
 
 
-def _written_values(client, uri: str) -> list[int]:
-    """Every value ``metadata`` held, oldest first (versions are listed newest first)."""
-    bucket, prefix = uri[len("s3://"):].split("/", 1)
-    versions = []
-    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=f"{prefix}/metadata"):
-        versions += [v for v in page.get("Versions", []) if v["Key"] == f"{prefix}/metadata"]
-    values = [orjson.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/metadata", VersionId=v["VersionId"])
-                           ["Body"].read())["checkpoint-ts"] for v in versions]
-    return values[::-1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_parallel_writer_processes_on_s3_never_move_the_checkpoint_backwards(moto_server):
     """Eight processes, 16 random rising values each, all starting on an absent ``metadata`` at once: every
     version written is higher than the one before and the last is the highest value offered
     (old code: read, compare, unconditional PUT: versions went down and a lower value could end)."""
-    from test_parallel_writers import versioned_lake
+    from test_parallel_writers import checkpoint_history, versioned_lake
 
     ctx = mp.get_context("fork")
     rng = random.Random(16)
@@ -94,7 +82,7 @@ def test_parallel_writer_processes_on_s3_never_move_the_checkpoint_backwards(mot
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    history = _written_values(client, uri)
+    history = checkpoint_history(client, uri)
     downs = [(a, b) for a, b in zip(history, history[1:]) if b <= a]
     assert downs == [], f"metadata moved backwards (or was rewritten with the same value): {downs[:5]} in {history}"
     top = max(v for values in offered for v in values)
