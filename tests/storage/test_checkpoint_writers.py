@@ -136,8 +136,8 @@ def test_a_checkpoint_that_cannot_settle_is_an_infrastructure_error(moto_server,
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_cdcflow_run_with_four_writers_on_s3_only_raises_the_checkpoint(moto_server, tmp_path):
-    """``cdcflow run``: generator of 4 partitions (4 Spark tasks, each a storage writer advancing
+def test_cdcflow_run_with_six_writers_on_s3_only_raises_the_checkpoint(moto_server, tmp_path):
+    """``cdcflow run``: generator of 6 partitions (6 Spark tasks, each a storage writer advancing
     ``metadata`` after every small batch) → CSV on moto S3 with bucket versioning. Every value
     ``metadata`` held rose; the last is the highest commit ts written; every row is there."""
     from collections import Counter
@@ -149,11 +149,11 @@ def test_cdcflow_run_with_four_writers_on_s3_only_raises_the_checkpoint(moto_ser
 
     uri, creds, client = versioned_lake(moto_server)
     lake = {"uri": uri, **FORMATS["csv"], "include-commit-ts": "true", **creds}
-    gen = {"format.type": "tidb", "operations": "create", "seed": "16", "recordCount": "1600", "partitions": "4"}
-    path = pipeline_file(tmp_path / "g.yaml", "gen-4", ("builtin:generator", gen), ("builtin:storage", lake), batch=8)
-    finish(cdcflow_run(path, tmp_path / "state", master="local[4]"))
+    gen = {"format.type": "tidb", "operations": "create", "seed": "16", "recordCount": "1800", "partitions": "6"}
+    path = pipeline_file(tmp_path / "g.yaml", "gen-4", ("builtin:generator", gen), ("builtin:storage", lake), batch=4)
+    finish(cdcflow_run(path, tmp_path / "state", master="local[6]"))
     rows = read_all(lake)
-    assert len(rows) == 1600 and len(Counter(repr(r.key) for _, r in rows)) == 1600
+    assert len(rows) == 1800 and len(Counter(repr(r.key) for _, r in rows)) == 1800
     history = checkpoint_history(client, uri)
     assert len(history) > 4, history  # the writers really advanced it, each several times
     assert_no_overwrite(client, uri)  # includes: every version of metadata above the one before
