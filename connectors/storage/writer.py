@@ -11,6 +11,11 @@ so two writers (Spark tasks, or two runs) can never replace each other's file:
   (``If-None-Match: *``); memory: exclusive create. An object appears only once its upload
   completes.
 
+The root ``metadata`` checkpoint is advanced by a compare-and-swap with the same conditional
+writes: read with its version (S3 and Azure: ETag; GCS: generation), written only if the store
+still holds that version (``If-Match``; ``ifGenerationMatch``; ``If-None-Match: *`` while absent),
+read again when refused; locally the read-compare-replace holds an ``flock`` on the root.
+
 A writer that finds its number taken lists the directory and continues past the highest file
 present. ``meta/CDC.index`` names the file before the file exists, as TiCDC does, so a writer
 that restarts skips past it; numbering never relies on it alone (the directory is listed too).
@@ -25,8 +30,10 @@ logs what it waits for.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
+import random
 import re
 import threading
 import time
@@ -193,14 +200,57 @@ class FileStore:
         if self.local:
             self._sweep(os.path.dirname(rel))
             return self._call("write", rel, create_file, data)
+        if self.protocol == "abfs":
+            return self._put_if(rel, data, overwrite=False)
+        return self._put_if(rel, data, mode="create")
+
+    def read_versioned(self, rel: str) -> tuple[bytes | None, str | None]:
+        """The content of object ``rel`` and the store's version of it (S3 and Azure: ETag; GCS:
+        generation); (None, None) when it does not exist.
+
+        The version is read first, then the content: the content is that version or a newer one,
+        and a write conditioned on the version (``put_version``) is refused if a newer one exists.
+        """
+        self.fs.invalidate_cache(self.full(rel))
+        try:
+            info = self._call("HEAD", rel, self.fs.info, expected=_MISSING)
+        except _MISSING:
+            return None, None
+        version = info.get(_VERSION_FIELD.get(self.protocol, ""))
+        if version is None:
+            raise self._failure("HEAD", rel, OSError(f"the store gave no {_VERSION_FIELD.get(self.protocol, 'version')} "
+                                                     "for a conditional write"))
+        data = self.read(rel)
+        return (data, str(version)) if data is not None else (None, None)
+
+    def put_version(self, rel: str, data: bytes, version: str | None) -> bool:
+        """Replace object ``rel`` only if the store still holds ``version`` of it (None: only if it
+        does not exist); False when it does not (nothing written). The store decides, atomically:
+        S3 ``If-Match: <etag>``, GCS ``ifGenerationMatch=<generation>``, Azure ``If-Match: <etag>``;
+        without a version, the create-only write of ``put_new``."""
+        if version is None:
+            return self.put_new(rel, data)
+        if self.protocol == "s3":
+            return self._put_if(rel, data, IfMatch=version, gone=_MISSING)
+        if self.protocol == "gcs":
+            return self._put_if(rel, data, generation=version, write=functools.partial(_gcs_put_generation, self.fs))
+        if self.protocol == "abfs":
+            from azure.core import MatchConditions
+
+            return self._put_if(rel, data, etag=version, match_condition=MatchConditions.IfNotModified,
+                                gone=_MISSING)
+        raise self._failure("PUT", rel, OSError(f"no conditional write on {self.protocol!r}"))
+
+    def _put_if(self, rel: str, data: bytes, write=None, gone: tuple = (), **condition) -> bool:
+        """A conditional PUT (``condition``: the library's keywords); False when the store refuses
+        it on its condition (412/409; ``gone``: the errors of an object that no longer exists,
+        when its version was required)."""
         self._check_key(rel)
         try:
-            if self.protocol == "abfs":
-                self._call("PUT", rel, self.fs.pipe_file, data, overwrite=False, expected=FileExistsError)
-            else:
-                self._call("PUT", rel, self.fs.pipe_file, data, mode="create", expected=FileExistsError)
+            self._call("PUT", rel, write or self.fs.pipe_file, data, **condition,
+                       expected=(FileExistsError,) + gone)
             return True
-        except FileExistsError:
+        except (FileExistsError,) + gone:
             return False
         except StorageUnavailableError as e:
             if _is_conflict(e.__cause__):
@@ -270,6 +320,20 @@ os.register_at_fork(after_in_child=_Watch._after_fork)
 
 
 _SCHEME = {"abfs": "azure", "gcs": "gcs", "s3": "s3", "memory": "memory"}
+# the field of ``fs.info`` that names an object's version for a conditional write
+_VERSION_FIELD = {"s3": "ETag", "gcs": "generation", "abfs": "etag"}
+
+
+def _gcs_put_generation(fs, path: str, data: bytes, generation: str, timeout: float | None = None) -> None:
+    """Upload ``data`` to ``path`` if its generation is still ``generation``: gcsfs's ``pipe_file``
+    offers only ``ifGenerationMatch=0`` (create), so this is the JSON API's media upload with the
+    precondition as a query parameter (objects.insert, ``ifGenerationMatch``); a mismatch is
+    answered 412, which gcsfs raises as ``FileExistsError``. Not run here (no GCS emulator)."""
+    bucket, key, _ = fs.split_path(path)
+    fs.call("POST", f"{fs._location}/upload/storage/v1/b/{urllib.parse.quote(bucket)}/o", uploadType="media",
+            name=key, ifGenerationMatch=str(generation), data=data,
+            headers={"Content-Type": "application/octet-stream"}, json_out=True, timeout=timeout)
+    fs.invalidate_cache(path)
 
 
 def _protocol_of(fs) -> str:
@@ -383,8 +447,18 @@ class DataDirectory:
                 f"{self.rel}/{name}"), self.next_index)
 
 
+#: conditional writes of ``metadata`` tried before giving up (each refused one means another
+#: writer moved it meanwhile; a few tries settle it unless dozens of writers contend)
+CHECKPOINT_ATTEMPTS = 40
+# the memory file system has no conditional write; its writers are threads of one process
+_MEMORY_LOCK = threading.Lock()
+
+
 def read_checkpoint(store: FileStore) -> int | None:
-    raw = store.read(METADATA_FILE)
+    return _parse_checkpoint(store, store.read(METADATA_FILE))
+
+
+def _parse_checkpoint(store: FileStore, raw: bytes | None) -> int | None:
     if not raw:
         return None
     try:
@@ -396,21 +470,26 @@ def read_checkpoint(store: FileStore) -> int | None:
 def write_checkpoint(store: FileStore, ts: int) -> int:
     """Advance ``metadata`` to ``ts`` (never backwards); returns the value kept.
 
-    Locally the read-compare-replace holds an ``flock`` on the layout's root directory, so two
-    writers (Spark tasks of one destination) cannot interleave and land the lower value last; an
-    object store has no lock, there the last writer wins (docs/connector-storage.md)."""
-    if not store.local:
-        return _advance_checkpoint(store, ts)
-    import fcntl
+    Several writers (Spark tasks of one destination, or several runs) advance it at once, so the
+    read-compare-write must not interleave, or the lower value can land last. Locally it holds an
+    ``flock`` on the layout's root directory; on an object store it is a compare-and-swap done by
+    the store (``FileStore.put_version``: written only if ``metadata`` is still the version read,
+    else read again), the same conditional write that makes data files create-only."""
+    if store.local:
+        import fcntl
 
-    root = store.root or "."
-    os.makedirs(root, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return _advance_checkpoint(store, ts)
-    finally:
-        os.close(fd)  # releases the lock
+        root = store.root or "."
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return _advance_checkpoint(store, ts)
+        finally:
+            os.close(fd)  # releases the lock
+    if store.protocol == "memory":
+        with _MEMORY_LOCK:
+            return _advance_checkpoint(store, ts)
+    return _swap_checkpoint(store, ts)
 
 
 def _advance_checkpoint(store: FileStore, ts: int) -> int:
@@ -419,3 +498,22 @@ def _advance_checkpoint(store: FileStore, ts: int) -> int:
         return current
     store.put_replace(METADATA_FILE, orjson.dumps({"checkpoint-ts": ts}))
     return ts
+
+
+def _swap_checkpoint(store: FileStore, ts: int) -> int:
+    """Compare-and-swap on an object store; a refused write means another writer moved
+    ``metadata`` since it was read: read it again (after a short random pause, so contending
+    writers spread out) until it holds ``ts`` or more."""
+    for attempt in range(CHECKPOINT_ATTEMPTS):
+        raw, version = store.read_versioned(METADATA_FILE)
+        current = _parse_checkpoint(store, raw)
+        if current is not None and current >= ts:
+            return current
+        if store.put_version(METADATA_FILE, orjson.dumps({"checkpoint-ts": ts}), version):
+            return ts
+        log.debug("storage: %s changed while advancing it to %d; reading it again", store.where(METADATA_FILE), ts)
+        time.sleep(random.uniform(0, min(0.5, 0.01 * 2 ** attempt)))
+    raise StorageUnavailableError(
+        f"storage: could not advance {store.where(METADATA_FILE)} to checkpoint-ts {ts}: another writer "
+        f"changed it before each of {CHECKPOINT_ATTEMPTS} conditional writes", service="object-store",
+        endpoint=store.where(METADATA_FILE))

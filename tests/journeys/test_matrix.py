@@ -35,22 +35,12 @@ FAST = {("file", f) for f in FORMATS if f != "file"}
 KNOWN: dict[tuple[str, str, str], str] = {}
 
 
-#: found by the matrix: two tasks (one per table) of a storage source write into one storage destination
-#: at once, and ``write_checkpoint``'s read-compare-replace of ``metadata`` can land the lower value last.
-#: Fixed locally (flock); on S3 there is no lock. Timing-dependent, hence not strict.
-_CHECKPOINT_RACE = ("S3: metadata checkpoint can move backwards when two writers race (no lock on an object "
-                    "store; connectors/storage/writer.py write_checkpoint) — not fixed, timing-dependent")
-for _s in ("storage-csv", "storage-canal-json"):
-    KNOWN[("checkpoint", _s, "storage-csv")] = _CHECKPOINT_RACE
-
-
 def cells(check: str) -> list:
     out = []
     for s, d in itertools.product(FORMATS, FORMATS):
         marks = [pytest.mark.journey] + ([] if (s, d) in FAST else [pytest.mark.slow])
         if (check, s, d) in KNOWN:
-            reason = KNOWN[(check, s, d)]
-            marks.append(pytest.mark.xfail(reason=reason, strict=reason is not _CHECKPOINT_RACE))
+            marks.append(pytest.mark.xfail(reason=KNOWN[(check, s, d)], strict=True))
         out.append(pytest.param((s, d), marks=marks, id=f"{s}-to-{d}"))
     return out
 

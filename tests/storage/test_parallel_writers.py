@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 
@@ -59,11 +60,26 @@ def versions_per_key(client, uri: str) -> Counter:
     return counts
 
 
+def checkpoint_history(client, uri: str) -> list[int]:
+    """Every value the root ``metadata`` held, oldest first (versions are listed newest first)."""
+    bucket, prefix = uri[len("s3://"):].split("/", 1)
+    key = f"{prefix}/metadata"
+    versions = []
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key):
+        versions += [v for v in page.get("Versions", []) if v["Key"] == key]
+    return [orjson.loads(client.get_object(Bucket=bucket, Key=key, VersionId=v["VersionId"])["Body"].read())
+            ["checkpoint-ts"] for v in reversed(versions)]
+
+
 def assert_no_overwrite(client, uri: str) -> None:
+    """No data or schema object written twice; ``metadata`` (replaced by design) only ever rose."""
     counts = versions_per_key(client, uri)
     written_twice = {k: n for k, n in counts.items() if n > 1 and not k.endswith(("/CDC.index", "/metadata"))}
     assert not written_twice, f"objects written more than once: {sorted(written_twice)[:5]}"
     assert any(k.endswith(".csv") for k in counts)
+    history = checkpoint_history(client, uri)
+    downs = [(a, b) for a, b in zip(history, history[1:]) if b <= a]
+    assert not downs, f"metadata moved backwards (or was rewritten with its value): {downs[:5]} of {len(history)}"
 
 
 def test_concurrent_writers_of_one_data_directory_never_share_a_file(moto_server):
