@@ -30,7 +30,8 @@ import time
 from typing import Sequence
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError,
+                             KafkaException, TopicPartition)
 
 from cdcflow.convert import jsonform
 from cdcflow.errors import CdcflowError, InfrastructureError
@@ -72,6 +73,13 @@ class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
     def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str, *, servers: str):
         KafkaSourceError.__init__(self, plugin_id, topic, partition, offset, message)
         self.service, self.endpoint = "kafka", servers
+
+
+def _message_ms(msg) -> int | None:
+    """The message's time (producer or broker clock, ms), None when it has none: an Avro
+    DELETE's commit ts estimate when nothing on its partition bounds it (codec-avro.md)."""
+    kind, ms = msg.timestamp()
+    return ms if kind != TIMESTAMP_NOT_AVAILABLE and ms > 0 else None
 
 
 def _split(partition_id: str) -> tuple[str, int]:
@@ -269,7 +277,9 @@ class KafkaSource(Source):
         proto = self.settings.protocol
         try:
             if proto == "avro":
-                return [self._decoder.decode(msg.key(), msg.value())]
+                value = msg.value()
+                return [self._decoder.decode(msg.key(), value, None, (msg.topic(), msg.partition()),
+                                             _message_ms(msg) if value is None else None)]
             if proto == "canal-json":
                 value = msg.value()
                 if value is None:
@@ -474,7 +484,9 @@ class KafkaSource(Source):
         for m in msgs:
             try:
                 if avro:
-                    ev = decode(m.key(), m.value())
+                    value = m.value()
+                    ev = decode(m.key(), value, None, (m.topic(), m.partition()),
+                                _message_ms(m) if value is None else None)
                 else:
                     value = m.value()
                     if value is None:

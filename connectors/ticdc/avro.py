@@ -20,6 +20,7 @@ import decimal
 import io
 import json
 import struct
+import time
 from typing import Any, Callable, Iterable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -1074,13 +1075,19 @@ class AvroDecoder:
     extension a message carries no commit ts: ``commit_ts`` (e.g. the Kafka
     message time as a TSO) is used, else 0.
 
-    A DELETE (key + tombstone) never carries a commit ts. It gets the best lower
-    bound the stream gives: the newest ``_tidb_commit_ts`` this decoder has read
-    (rows of a partition arrive in commit ts order, and one decoder reads one
-    partition), or one past the newest DDL / resolved ts read; only before any of
-    these, ``commit_ts``, else 0. A lower bound keeps the delete's date and table
-    version those of the rows around it, and the Kafka source's replay filter
-    (which drops rows below what it completed) never takes it for a replay.
+    A DELETE (key + tombstone) never carries a commit ts; ``decode`` gives it the best
+    value the stream has, per ``partition`` (any hashable naming where the message was read:
+    TiCDC orders rows by commit ts per table within a partition, not across tables):
+
+    1. a lower bound: the newest ``_tidb_commit_ts`` of the same table read on the partition,
+       or one past the newest DDL / resolved ts read on it, whichever is higher;
+    2. before any of these, an estimate (``ts_estimated`` set on the event): ``message_ms``
+       (the Kafka message time, ms) as a TSO (``ms << 18``), else ``commit_ts``, else the
+       current time as a TSO. Never 0.
+
+    An estimate can lie above the delete's real commit ts, so it never becomes a lower bound
+    here, and the Kafka source's replay filter never takes it as a mark (which would drop the
+    later rows of the table as replays).
     """
 
     def __init__(self, options: AvroOptions | None, registry):
@@ -1093,21 +1100,39 @@ class AvroDecoder:
         # head (no key) for rows, key head for deletes
         self._fast: dict[Any, Callable] = {}
         self._fast_delete: dict[bytes, Callable] = {}
-        self._floor_ts = 0  # the lowest commit ts a DELETE read now can have (see the class doc)
+        # partition -> [one past the newest DDL / resolved ts, {(schema, table): newest row ts}]
+        self._floors: dict[Any, list] = {}
 
-    def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None) -> Event:
+    def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None,
+               partition: Any = None, message_ms: int | None = None) -> Event:
+        floors = self._floors.get(partition)
+        if floors is None:
+            floors = self._floors[partition] = [0, {}]
         if not value and key is not None:  # a tombstone: DELETE of the key
-            return self._decode(key, value, self._floor_ts or commit_ts)
+            ev = self._decode(key, value, None)
+            t = ev.table
+            floor = floors[1].get((t.schema, t.table), 0)
+            if floors[0] > floor:
+                floor = floors[0]
+            if floor:
+                ev.commit_ts = floor
+            else:
+                ev.commit_ts = _estimate_ts(message_ms, commit_ts)
+                ev.ts_estimated = True
+            return ev
         ev = self._decode(key, value, commit_ts)
         t = type(ev)
         if t is RowChange:
-            if ev.commit_ts > self._floor_ts:
-                self._floor_ts = ev.commit_ts
+            ts = ev.commit_ts
+            if ts:
+                tables, tk = floors[1], (ev.table.schema, ev.table.table)
+                if ts > tables.get(tk, 0):
+                    tables[tk] = ts
         elif t is DDLEvent:
-            if ev.commit_ts >= self._floor_ts:
-                self._floor_ts = ev.commit_ts + 1
-        elif t is ResolvedEvent and ev.ts >= self._floor_ts:
-            self._floor_ts = ev.ts + 1
+            if ev.commit_ts >= floors[0]:
+                floors[0] = ev.commit_ts + 1
+        elif t is ResolvedEvent and ev.ts >= floors[0]:
+            floors[0] = ev.ts + 1
         return ev
 
     def _decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None) -> Event:
@@ -1303,6 +1328,16 @@ class AvroDecoder:
                             int(body["type"]) if body.get("type") is not None else None)
         except (ValueError, KeyError, TypeError) as e:
             raise MalformedMessage(CODEC, "value byte 1", f"bad DDL message: {e}") from None
+
+
+def _estimate_ts(message_ms: int | None, fallback: int | None) -> int:
+    """A DELETE's commit ts when nothing bounds it: the message time, else the caller's
+    fallback, else now, each as a TSO (physical ms << 18)."""
+    if message_ms is not None and message_ms > 0:
+        return message_ms << 18
+    if fallback:
+        return fallback
+    return time.time_ns() // 1_000_000 << 18
 
 
 _EXTRA_KEYS = {CHECKSUM_FIELD: EXTRA_CHECKSUM, CORRUPTED_FIELD: EXTRA_CORRUPTED,
