@@ -40,7 +40,7 @@ from cdcflow.sdk import Source
 
 from ..ticdc.errors import CodecError
 from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange, to_record, to_records
-from .codecs import decoder_for
+from .codecs import decoder_for, delete_ts_from_headers
 from .consistency import Dedup, TransactionBuffer
 from .errors import KafkaUnavailableError
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
@@ -75,11 +75,17 @@ class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
         self.service, self.endpoint = "kafka", servers
 
 
-def _message_ms(msg) -> int | None:
-    """The message's time (producer or broker clock, ms), None when it has none: an Avro
-    DELETE's commit ts estimate when nothing on its partition bounds it (codec-avro.md)."""
-    kind, ms = msg.timestamp()
-    return ms if kind != TIMESTAMP_NOT_AVAILABLE and ms > 0 else None
+def _avro_event(decode, msg):
+    """One Avro message's event. A tombstone (DELETE) carries no commit ts: the one in cdcflow's
+    header, else the decoder's bound for the message's partition, else the message time as an
+    estimate (codec-avro.md, "Commit ts of a DELETE")."""
+    value = msg.value()
+    where = (msg.topic(), msg.partition())
+    if value is None:
+        kind, ms = msg.timestamp()
+        return decode(msg.key(), None, delete_ts_from_headers(msg.headers()), where,
+                      ms if kind != TIMESTAMP_NOT_AVAILABLE and ms > 0 else None)
+    return decode(msg.key(), value, None, where)
 
 
 def _split(partition_id: str) -> tuple[str, int]:
@@ -277,9 +283,7 @@ class KafkaSource(Source):
         proto = self.settings.protocol
         try:
             if proto == "avro":
-                value = msg.value()
-                return [self._decoder.decode(msg.key(), value, None, (msg.topic(), msg.partition()),
-                                             _message_ms(msg) if value is None else None)]
+                return [_avro_event(self._decoder.decode, msg)]
             if proto == "canal-json":
                 value = msg.value()
                 if value is None:
@@ -484,9 +488,7 @@ class KafkaSource(Source):
         for m in msgs:
             try:
                 if avro:
-                    value = m.value()
-                    ev = decode(m.key(), value, None, (m.topic(), m.partition()),
-                                _message_ms(m) if value is None else None)
+                    ev = _avro_event(decode, m)
                 else:
                     value = m.value()
                     if value is None:

@@ -1075,15 +1075,17 @@ class AvroDecoder:
     extension a message carries no commit ts: ``commit_ts`` (e.g. the Kafka
     message time as a TSO) is used, else 0.
 
-    A DELETE (key + tombstone) never carries a commit ts; ``decode`` gives it the best
-    value the stream has, per ``partition`` (any hashable naming where the message was read:
-    TiCDC orders rows by commit ts per table within a partition, not across tables):
+    A DELETE (key + tombstone) carries no commit ts in the message. ``decode`` takes
+    ``commit_ts`` as its commit ts when the caller knows it (the Kafka source: the
+    ``cdcflow-commit-ts`` header cdcflow's Kafka destination adds to tombstones); else it gives
+    it the best value the stream has, per ``partition`` (any hashable naming where the message
+    was read: TiCDC orders rows by commit ts per table within a partition, not across tables):
 
-    1. a lower bound: the newest ``_tidb_commit_ts`` of the same table read on the partition,
-       or one past the newest DDL / resolved ts read on it, whichever is higher;
+    1. a lower bound: the newest commit ts of the same table read on the partition, or one
+       past the newest DDL / resolved ts read on it, whichever is higher;
     2. before any of these, an estimate (``ts_estimated`` set on the event): ``message_ms``
-       (the Kafka message time, ms) as a TSO (``ms << 18``), else ``commit_ts``, else the
-       current time as a TSO. Never 0.
+       (the Kafka message time, ms) as a TSO (``ms << 18``), else the current time as a TSO.
+       Never 0.
 
     An estimate can lie above the delete's real commit ts, so it never becomes a lower bound
     here, and the Kafka source's replay filter never takes it as a mark (which would drop the
@@ -1111,13 +1113,19 @@ class AvroDecoder:
         if not value and key is not None:  # a tombstone: DELETE of the key
             ev = self._decode(key, value, None)
             t = ev.table
-            floor = floors[1].get((t.schema, t.table), 0)
+            tables, tk = floors[1], (t.schema, t.table)
+            floor = tables.get(tk, 0)
+            if commit_ts:  # known to the caller
+                ev.commit_ts = commit_ts
+                if commit_ts > floor:
+                    tables[tk] = commit_ts
+                return ev
             if floors[0] > floor:
                 floor = floors[0]
             if floor:
                 ev.commit_ts = floor
             else:
-                ev.commit_ts = _estimate_ts(message_ms, commit_ts)
+                ev.commit_ts = _estimate_ts(message_ms)
                 ev.ts_estimated = True
             return ev
         ev = self._decode(key, value, commit_ts)
@@ -1330,13 +1338,11 @@ class AvroDecoder:
             raise MalformedMessage(CODEC, "value byte 1", f"bad DDL message: {e}") from None
 
 
-def _estimate_ts(message_ms: int | None, fallback: int | None) -> int:
-    """A DELETE's commit ts when nothing bounds it: the message time, else the caller's
-    fallback, else now, each as a TSO (physical ms << 18)."""
+def _estimate_ts(message_ms: int | None) -> int:
+    """A DELETE's commit ts when nothing bounds it: the message time, else now, as a TSO
+    (physical ms << 18)."""
     if message_ms is not None and message_ms > 0:
         return message_ms << 18
-    if fallback:
-        return fallback
     return time.time_ns() // 1_000_000 << 18
 
 

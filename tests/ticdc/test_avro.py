@@ -206,12 +206,10 @@ def test_tombstone_and_extension_values():
     assert (e.kind, e.row, e.commit_ts) == (DELETE, {"id": 1}, ts)
     assert [c.name for c in e.table.columns] == ["id"] and e.table.columns[0].handle_key
     assert not e.ts_estimated
-    # before anything bounds it: an estimate, flagged, never 0 -- the message time as a TSO, else the
-    # caller's fallback, else now
+    # before anything bounds it: an estimate, flagged, never 0 -- the message time as a TSO, else now
     fresh = AvroDecoder(None, reg)
     e = fresh.decode(*dele, message_ms=1_700_000_000_123)
     assert (e.commit_ts, e.ts_estimated) == (1_700_000_000_123 << 18, True)
-    assert fresh.decode(*dele, commit_ts=42).commit_ts == 42
     before = time.time_ns() // 1_000_000
     e = fresh.decode(*dele)
     assert e.ts_estimated and before <= e.commit_ts >> 18 <= time.time_ns() // 1_000_000
@@ -221,6 +219,9 @@ def test_tombstone_and_extension_values():
     fresh.decode(None, b"\x02" + (ts + 10).to_bytes(8, "big"))
     e = fresh.decode(*dele, message_ms=1)
     assert (e.commit_ts, e.ts_estimated) == (ts + 11, False)
+    # a commit ts the caller knows (cdcflow's header on the tombstone) is the delete's own
+    e = fresh.decode(*dele, commit_ts=ts + 5, message_ms=1)
+    assert (e.commit_ts, e.ts_estimated) == (ts + 5, False)
 
 
 def test_delete_bound_is_per_table_and_per_partition():
