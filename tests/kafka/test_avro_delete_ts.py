@@ -5,8 +5,9 @@ either would lose a row. Real Tansu broker, real registry."""
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Producer
-from test_pipeline_kafka import OPTIONS
+from test_pipeline_kafka import OPTIONS, lines, pipeline_file, run, source_yaml
 
 from cdcflow.connectors.ticdc.avro import AvroEncoder
 from cdcflow.schemaregistry.client import RegistryClient
@@ -86,3 +87,27 @@ def test_a_delete_written_by_cdcflow_keeps_its_own_commit_ts(kafka_broker, schem
     finally:
         src.teardown()
     assert got == [("delete", 3, tso(1000) + 7), ("create", 4, tso(2000))]
+
+
+@pytest.mark.slow
+def test_cdcflow_run_keeps_every_row_after_an_estimated_delete(kafka_broker, schema_registry, unique_name, tmp_path):
+    """The same stream as TiCDC writes it (no header) through `cdcflow run` into a file: the delete
+    is dated by its message time, the re-created row is not lost as a replay."""
+    topic = unique_name
+    create_topic(kafka_broker, topic, 1)
+    _produce(kafka_broker, schema_registry, topic)
+    out = tmp_path / "out.jsonl"
+    cfg = pipeline_file(tmp_path, f"""version: "2.2"
+pipelines:
+  - id: estimated
+    status: running
+    connectors:
+{source_yaml(kafka_broker, schema_registry, topic, unique_name)}      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {out}
+""")
+    run(cfg, tmp_path / "state")
+    got = [(r["operation"], r["key"]["id"], int(r["metadata"]["ticdc.commit-ts"])) for r in lines(out)]
+    assert got == [("delete", 1, tso(LATE_MS)), ("create", 1, tso(2000))]
