@@ -1081,8 +1081,8 @@ class AvroDecoder:
     it the best value the stream has, per ``partition`` (any hashable naming where the message
     was read: TiCDC orders rows by commit ts per table within a partition, not across tables):
 
-    1. a lower bound: the newest commit ts of the same table read on the partition, or one
-       past the newest DDL / resolved ts read on it, whichever is higher;
+    1. a lower bound: the commit ts of the last row of the same table read on the partition,
+       or one past the newest DDL / resolved ts read on it, whichever is higher;
     2. before any of these, an estimate (``ts_estimated`` set on the event): ``message_ms``
        (the Kafka message time, ms) as a TSO (``ms << 18``), else the current time as a TSO.
        Never 0.
@@ -1107,40 +1107,45 @@ class AvroDecoder:
 
     def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None,
                partition: Any = None, message_ms: int | None = None) -> Event:
+        if not value and key is not None:  # a tombstone: DELETE of the key
+            return self._delete(key, value, commit_ts, partition, message_ms)
+        ev = self._decode(key, value, commit_ts)
+        t = type(ev)
         floors = self._floors.get(partition)
         if floors is None:
             floors = self._floors[partition] = [0, {}]
-        if not value and key is not None:  # a tombstone: DELETE of the key
-            ev = self._decode(key, value, None)
-            t = ev.table
-            tables, tk = floors[1], (t.schema, t.table)
-            floor = tables.get(tk, 0)
-            if commit_ts:  # known to the caller
-                ev.commit_ts = commit_ts
-                if commit_ts > floor:
-                    tables[tk] = commit_ts
-                return ev
-            if floors[0] > floor:
-                floor = floors[0]
-            if floor:
-                ev.commit_ts = floor
-            else:
-                ev.commit_ts = _estimate_ts(message_ms)
-                ev.ts_estimated = True
-            return ev
-        ev = self._decode(key, value, commit_ts)
-        t = type(ev)
         if t is RowChange:
             ts = ev.commit_ts
-            if ts:
-                tables, tk = floors[1], (ev.table.schema, ev.table.table)
-                if ts > tables.get(tk, 0):
-                    tables[tk] = ts
+            if ts:  # the table's latest row on the partition (a replay after a TiCDC restart lowers it)
+                tab = ev.table
+                floors[1][tab.schema, tab.table] = ts
         elif t is DDLEvent:
             if ev.commit_ts >= floors[0]:
                 floors[0] = ev.commit_ts + 1
         elif t is ResolvedEvent and ev.ts >= floors[0]:
             floors[0] = ev.ts + 1
+        return ev
+
+    def _delete(self, key: bytes, value: bytes | None, commit_ts: int | None, partition: Any,
+                message_ms: int | None) -> RowChange:
+        """A tombstone's DELETE with its commit ts by the rule of the class doc."""
+        ev = self._decode(key, value, None)
+        floors = self._floors.get(partition)
+        if floors is None:
+            floors = self._floors[partition] = [0, {}]
+        t = ev.table
+        tables, tk = floors[1], (t.schema, t.table)
+        if commit_ts:  # known to the caller
+            ev.commit_ts = tables[tk] = commit_ts
+            return ev
+        floor = tables.get(tk, 0)
+        if floors[0] > floor:
+            floor = floors[0]
+        if floor:
+            ev.commit_ts = floor
+        else:
+            ev.commit_ts = _estimate_ts(message_ms)
+            ev.ts_estimated = True
         return ev
 
     def _decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None) -> Event:
