@@ -16,6 +16,28 @@ from ..ticdc.open_protocol import OpenProtocolDecoder, OpenProtocolEncoder
 from .settings import PLUGIN, KafkaSettings
 
 
+#: header cdcflow's destination adds to an Avro tombstone: the DELETE's commit ts as decimal text
+#: (the message itself carries none); the source takes it as the delete's commit ts
+DELETE_TS_HEADER = "cdcflow-commit-ts"
+
+
+def delete_ts_header(commit_ts: int) -> list[tuple[str, bytes]] | None:
+    return [(DELETE_TS_HEADER, b"%d" % commit_ts)] if commit_ts else None
+
+
+def delete_ts_from_headers(headers: list[tuple[str, bytes]] | None) -> int | None:
+    """The commit ts of ``DELETE_TS_HEADER``; None without one (or with one that is not a
+    positive number: then the decoder's own rule applies)."""
+    for name, value in headers or ():
+        if name == DELETE_TS_HEADER and value:
+            try:
+                ts = int(value)
+            except ValueError:
+                return None
+            return ts if 0 < ts < 1 << 64 else None
+    return None
+
+
 def registry_for(s: KafkaSettings) -> Any:
     """An object with ``register(subject, text) -> id`` and ``schema_by_id(id) -> text``.
 

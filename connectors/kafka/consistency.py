@@ -78,14 +78,15 @@ class Dedup:
         return info
 
     def admit_row(self, ev: RowChange, at: int = -1) -> bool:
-        """True for a row to apply, False for a replay. Rows without a commit ts (0) are always applied.
-        ``at`` is the offset the row was read at (-1: none; the marks are then always written out)."""
+        """True for a row to apply, False for a replay. Rows without a commit ts (0) or with an
+        estimated one are always applied (and set no mark: an estimate above the real commit ts
+        would drop the table's next rows as replays; a delete applied twice is harmless). ``at`` is the offset the row was read at (-1: none; the marks are then always written out)."""
         return not ev.commit_ts or self.admit_row_json(ev, at) is not None
 
     def admit_row_json(self, ev: RowChange, at: int = -1) -> bytes | None:
         """``state_json()`` after admitting the row, or None for a replay."""
         ts = ev.commit_ts
-        if not ts:
+        if not ts or ev.ts_estimated:
             return self.state_json()
         if ts <= self.complete_ts:
             return None
@@ -265,6 +266,8 @@ class TransactionBuffer:
         self.consumed: dict[str, tuple[int, int]] = dict(resume)  # where reading would continue
         self.frontier = frontier  # highest global resolved ts released so far
         self._late = False  # an event at or below the frontier came in since the last release (a replay)
+        # partition -> buffered rows whose commit ts is an estimate (RowChange.ts_estimated)
+        self._estimated: dict[str, list[Pending]] = {}
 
     def add(self, partition: str, event: Event, offset: int, index: int, count: int) -> None:
         """Buffer one event of the message at ``offset`` (``index`` of ``count`` events)."""
@@ -278,10 +281,34 @@ class TransactionBuffer:
             self._advance(partition, event.commit_ts)
             self._late = self._late or event.commit_ts <= self.frontier
         else:
-            self.pending[partition].append(Pending(event.commit_ts, 0, partition, offset, index, event,
-                                                   self.resolved[partition]))
+            entry = Pending(event.commit_ts, 0, partition, offset, index, event, self.resolved[partition])
+            self.pending[partition].append(entry)
+            if t is RowChange:
+                estimated = self._estimated.get(partition)
+                if estimated and event.commit_ts and not event.ts_estimated:
+                    self._bound(estimated, event)
+                if event.ts_estimated:
+                    self._estimated.setdefault(partition, []).append(entry)
             self._late = self._late or event.commit_ts <= self.frontier
         self.consumed[partition] = (offset + 1, 0) if index + 1 >= count else (offset, index + 1)
+
+    @staticmethod
+    def _bound(estimated: list[Pending], row: RowChange) -> None:
+        """A row of a table after rows of it whose commit ts was estimated: theirs is at most
+        this one's (a partition carries a table's rows in commit ts order), so an estimate above
+        it comes down to it; released in commit ts order, they still come before it."""
+        t = row.table
+        keep = []
+        for e in estimated:
+            if e.done:
+                continue
+            ev = e.event
+            if ev.table.schema == t.schema and ev.table.table == t.table:
+                if e.ts > row.commit_ts:
+                    e.ts = ev.commit_ts = row.commit_ts
+            else:
+                keep.append(e)
+        estimated[:] = keep
 
     def _advance(self, partition: str, ts: int) -> None:
         cur = self.resolved[partition]

@@ -33,7 +33,7 @@ from ..ticdc.events import (
 )
 from ..ticdc.convert import names_event
 from ..ticdc.open_protocol import MessageTooLarge
-from .codecs import encoder_for
+from .codecs import delete_ts_header, encoder_for
 from .dispatch import dispatcher, table_hash, topic_for
 from .errors import KafkaUnavailableError
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
@@ -152,17 +152,19 @@ class KafkaDestination(Destination):
         return sorted(topics)
 
     # -- encoding ------------------------------------------------------------------------
-    def _plan(self, records: Sequence[Record], errors: list[str | None]) -> list[tuple[str, int, Any, Any, list[int]]]:
-        """Messages to produce: (topic, partition, key, value, indexes of the records they carry)."""
+    def _plan(self, records: Sequence[Record], errors: list[str | None]) -> list[tuple]:
+        """Messages to produce: (topic, partition, key, value, indexes of the records they carry,
+        headers or None)."""
         s = self.settings
         proto = s.protocol
-        out: list[tuple[str, int, Any, Any, list[int]]] = []
+        out: list[tuple] = []
         open_rows: dict[tuple[str, int], list[tuple[int, RowChange]]] = {}
         max_bytes = s.max_message_bytes
 
         cut_large = s.large_message_handle_option == "handle-key-only"
 
-        def emit(topic: str, part: int, key: Any, value: Any, idxs: list[int], rows: list | None = None) -> None:
+        def emit(topic: str, part: int, key: Any, value: Any, idxs: list[int], rows: list | None = None,
+                 headers: list | None = None) -> None:
             size = (len(key) if key else 0) + (len(value) if value else 0)
             if size > max_bytes:
                 if cut_large and rows:
@@ -172,7 +174,7 @@ class KafkaDestination(Destination):
                     errors[i] = (f"message of {size} bytes for {topic}[{part}] exceeds max-message-bytes "
                                  f"{max_bytes}")
                 return
-            out.append((topic, part, key, value, idxs))
+            out.append((topic, part, key, value, idxs, headers))
 
         def flush_open_rows() -> None:
             for (topic, part), rows in open_rows.items():
@@ -194,7 +196,9 @@ class KafkaDestination(Destination):
                         open_rows.setdefault((topic, part), []).append((i, ev))
                     elif proto == "avro":
                         msg = self._encoder.encode_one(names_event(ev, "avro"), topic)
-                        emit(topic, part, msg[0], msg[1], [i])
+                        # a tombstone has no room for its commit ts: a header carries it to cdcflow readers
+                        emit(topic, part, msg[0], msg[1], [i],
+                             headers=delete_ts_header(ev.commit_ts) if msg[1] is None else None)
                     else:
                         emit(topic, part, None, self._encoder.encode(ev), [i], [ev])
                     continue
@@ -352,11 +356,15 @@ class KafkaDestination(Destination):
                         errors[i] = why
             return on_delivery
 
-        for topic, part, key, value, idxs in messages:
+        for topic, part, key, value, idxs, headers in messages:
             cb = report(idxs)
             while True:
                 try:
-                    producer.produce(topic, value=value, key=key, partition=part, on_delivery=cb)
+                    if headers is None:
+                        producer.produce(topic, value=value, key=key, partition=part, on_delivery=cb)
+                    else:
+                        producer.produce(topic, value=value, key=key, partition=part, on_delivery=cb,
+                                         headers=headers)
                     pending[(topic, part)] = pending.get((topic, part), 0) + 1
                     break
                 except BufferError:

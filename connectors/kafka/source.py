@@ -30,7 +30,8 @@ import time
 from typing import Sequence
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError,
+                             KafkaException, TopicPartition)
 
 from cdcflow.convert import jsonform
 from cdcflow.errors import CdcflowError, InfrastructureError
@@ -39,7 +40,7 @@ from cdcflow.sdk import Source
 
 from ..ticdc.errors import CodecError
 from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange, to_record, to_records
-from .codecs import decoder_for
+from .codecs import decoder_for, delete_ts_from_headers
 from .consistency import Dedup, TransactionBuffer
 from .errors import KafkaUnavailableError
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
@@ -72,6 +73,19 @@ class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
     def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str, *, servers: str):
         KafkaSourceError.__init__(self, plugin_id, topic, partition, offset, message)
         self.service, self.endpoint = "kafka", servers
+
+
+def _avro_event(decode, msg):
+    """One Avro message's event. A tombstone (DELETE) carries no commit ts: the one in cdcflow's
+    header, else the decoder's bound for the message's partition, else the message time as an
+    estimate (codec-avro.md, "Commit ts of a DELETE")."""
+    value = msg.value()
+    where = (msg.topic(), msg.partition())
+    if value is None:
+        kind, ms = msg.timestamp()
+        return decode(msg.key(), None, delete_ts_from_headers(msg.headers()), where,
+                      ms if kind != TIMESTAMP_NOT_AVAILABLE and ms > 0 else None)
+    return decode(msg.key(), value, None, where)
 
 
 def _split(partition_id: str) -> tuple[str, int]:
@@ -269,7 +283,7 @@ class KafkaSource(Source):
         proto = self.settings.protocol
         try:
             if proto == "avro":
-                return [self._decoder.decode(msg.key(), msg.value())]
+                return [_avro_event(self._decoder.decode, msg)]
             if proto == "canal-json":
                 value = msg.value()
                 if value is None:
@@ -474,7 +488,7 @@ class KafkaSource(Source):
         for m in msgs:
             try:
                 if avro:
-                    ev = decode(m.key(), m.value())
+                    ev = _avro_event(decode, m)
                 else:
                     value = m.value()
                     if value is None:

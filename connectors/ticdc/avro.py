@@ -20,6 +20,7 @@ import decimal
 import io
 import json
 import struct
+import time
 from typing import Any, Callable, Iterable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -1074,13 +1075,21 @@ class AvroDecoder:
     extension a message carries no commit ts: ``commit_ts`` (e.g. the Kafka
     message time as a TSO) is used, else 0.
 
-    A DELETE (key + tombstone) never carries a commit ts. It gets the best lower
-    bound the stream gives: the newest ``_tidb_commit_ts`` this decoder has read
-    (rows of a partition arrive in commit ts order, and one decoder reads one
-    partition), or one past the newest DDL / resolved ts read; only before any of
-    these, ``commit_ts``, else 0. A lower bound keeps the delete's date and table
-    version those of the rows around it, and the Kafka source's replay filter
-    (which drops rows below what it completed) never takes it for a replay.
+    A DELETE (key + tombstone) carries no commit ts in the message. ``decode`` takes
+    ``commit_ts`` as its commit ts when the caller knows it (the Kafka source: the
+    ``cdcflow-commit-ts`` header cdcflow's Kafka destination adds to tombstones); else it gives
+    it the best value the stream has, per ``partition`` (any hashable naming where the message
+    was read: TiCDC orders rows by commit ts per table within a partition, not across tables):
+
+    1. a lower bound: the commit ts of the last row of the same table read on the partition,
+       or one past the newest DDL / resolved ts read on it, whichever is higher;
+    2. before any of these, an estimate (``ts_estimated`` set on the event): ``message_ms``
+       (the Kafka message time, ms) as a TSO (``ms << 18``), else the current time as a TSO.
+       Never 0.
+
+    An estimate can lie above the delete's real commit ts, so it never becomes a lower bound
+    here, and the Kafka source's replay filter never takes it as a mark (which would drop the
+    later rows of the table as replays).
     """
 
     def __init__(self, options: AvroOptions | None, registry):
@@ -1093,21 +1102,50 @@ class AvroDecoder:
         # head (no key) for rows, key head for deletes
         self._fast: dict[Any, Callable] = {}
         self._fast_delete: dict[bytes, Callable] = {}
-        self._floor_ts = 0  # the lowest commit ts a DELETE read now can have (see the class doc)
+        # partition -> [one past the newest DDL / resolved ts, {(schema, table): newest row ts}]
+        self._floors: dict[Any, list] = {}
 
-    def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None) -> Event:
+    def decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None = None,
+               partition: Any = None, message_ms: int | None = None) -> Event:
         if not value and key is not None:  # a tombstone: DELETE of the key
-            return self._decode(key, value, self._floor_ts or commit_ts)
+            return self._delete(key, value, commit_ts, partition, message_ms)
         ev = self._decode(key, value, commit_ts)
         t = type(ev)
+        floors = self._floors.get(partition)
+        if floors is None:
+            floors = self._floors[partition] = [0, {}]
         if t is RowChange:
-            if ev.commit_ts > self._floor_ts:
-                self._floor_ts = ev.commit_ts
+            ts = ev.commit_ts
+            if ts:  # the table's latest row on the partition (a replay after a TiCDC restart lowers it)
+                tab = ev.table
+                floors[1][tab.schema, tab.table] = ts
         elif t is DDLEvent:
-            if ev.commit_ts >= self._floor_ts:
-                self._floor_ts = ev.commit_ts + 1
-        elif t is ResolvedEvent and ev.ts >= self._floor_ts:
-            self._floor_ts = ev.ts + 1
+            if ev.commit_ts >= floors[0]:
+                floors[0] = ev.commit_ts + 1
+        elif t is ResolvedEvent and ev.ts >= floors[0]:
+            floors[0] = ev.ts + 1
+        return ev
+
+    def _delete(self, key: bytes, value: bytes | None, commit_ts: int | None, partition: Any,
+                message_ms: int | None) -> RowChange:
+        """A tombstone's DELETE with its commit ts by the rule of the class doc."""
+        ev = self._decode(key, value, None)
+        floors = self._floors.get(partition)
+        if floors is None:
+            floors = self._floors[partition] = [0, {}]
+        t = ev.table
+        tables, tk = floors[1], (t.schema, t.table)
+        if commit_ts:  # known to the caller
+            ev.commit_ts = tables[tk] = commit_ts
+            return ev
+        floor = tables.get(tk, 0)
+        if floors[0] > floor:
+            floor = floors[0]
+        if floor:
+            ev.commit_ts = floor
+        else:
+            ev.commit_ts = _estimate_ts(message_ms)
+            ev.ts_estimated = True
         return ev
 
     def _decode(self, key: bytes | None, value: bytes | None, commit_ts: int | None) -> Event:
@@ -1303,6 +1341,14 @@ class AvroDecoder:
                             int(body["type"]) if body.get("type") is not None else None)
         except (ValueError, KeyError, TypeError) as e:
             raise MalformedMessage(CODEC, "value byte 1", f"bad DDL message: {e}") from None
+
+
+def _estimate_ts(message_ms: int | None) -> int:
+    """A DELETE's commit ts when nothing bounds it: the message time, else now, as a TSO
+    (physical ms << 18)."""
+    if message_ms is not None and message_ms > 0:
+        return message_ms << 18
+    return time.time_ns() // 1_000_000 << 18
 
 
 _EXTRA_KEYS = {CHECKSUM_FIELD: EXTRA_CHECKSUM, CORRUPTED_FIELD: EXTRA_CORRUPTED,

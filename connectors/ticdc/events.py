@@ -26,7 +26,10 @@ INSERT, UPDATE, DELETE = "insert", "update", "delete"
 class RowChange:
     """One DML row. ``row`` is the new image (insert/update) or the deleted row
     (delete; may hold only the handle key when the format carries only that);
-    ``old`` is the pre-image of an update when the format has one."""
+    ``old`` is the pre-image of an update when the format has one.
+    ``ts_estimated``: ``commit_ts`` is a guess that may lie above the row's real one (an Avro
+    DELETE read before anything of its table, see codec-avro.md): usable as a date, never as a
+    replay mark."""
 
     table: TableSchema
     kind: str
@@ -34,6 +37,7 @@ class RowChange:
     row: dict | None
     old: dict | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    ts_estimated: bool = False
 
 
 @dataclass(slots=True)

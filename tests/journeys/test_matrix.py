@@ -92,16 +92,14 @@ def test_every_row_change_arrives_once_with_its_values(journey, pair):
 @pytest.mark.parametrize("pair", cells("commit_ts"))
 def test_commit_ts_and_dates_are_the_rows_own(journey, pair):
     s, d = pair
-    want = {_ident(r): r["metadata"]["opencdc.createdAt"] for r in _rows(journey.input)}
+    # keyed by what reads back: a format without old images reads an UPDATE whose before image a
+    # stage dropped as a create
+    want = {_ident(r): r["metadata"]["opencdc.createdAt"] for r in expected_rows(s, d, _rows(journey.input)).rows}
     got = _rows(read_lines(journey.readback_path(s, d)))
     assert got
-    avro = "kafka-avro" in (s, d)
     for r in got:
+        # an Avro DELETE too: its tombstone has no commit ts, the header cdcflow's destination adds carries it
         created = r["metadata"]["opencdc.createdAt"]
-        if avro and r["operation"] == "delete":
-            # an Avro DELETE is a tombstone without commit ts: at least a lower bound, never 0
-            assert 0 < int(created) <= int(want[_ident(r)]), (_ident(r), created)
-            continue
         assert created == want[_ident(r)], (_ident(r), created)
         ts = r["metadata"].get("ticdc.commit-ts")
         if ts is not None:
@@ -202,7 +200,12 @@ def test_doc_table_agrees_with_the_matrix():
         if not f.doc_column:
             continue
         col = f.doc_column
-        assert table["ENUM/SET elements"][col].startswith("yes") == f.elements, (fmt, "elements")
+        elements = table["ENUM/SET elements"][col]
+        if elements.startswith("only from the DDL"):  # names are written, the member list is not always known
+            assert (f.elements, f.members_known) == (True, False), (fmt, "elements", elements)
+        else:
+            assert elements.startswith("yes") == f.elements, (fmt, "elements", elements)
+            assert f.members_known or not f.elements, (fmt, "members known", elements)
         old = table["old image of UPDATE"][col]
         carried = OUTPUT_OLD_VALUE[col] if old.startswith("with `output-old-value`") else old.startswith("yes")
         assert carried == f.old_image, (fmt, "old image", old)

@@ -65,6 +65,23 @@ def source_yaml(servers: str, registry: str, topic: str, group: str) -> str:
 """
 
 
+def kafka_to_file(tmp: Path, servers: str, registry: str, topic: str, group: str, out: Path, pid: str,
+                  batch: int | None = None) -> Path:
+    """A pipeline file: ``topic`` (Avro, extension on) into the JSON-lines file ``out``."""
+    engine = f"engine:\n  batch-size: {batch}\n" if batch else ""
+    return pipeline_file(tmp, f"""version: "2.2"
+{engine}pipelines:
+  - id: {pid}
+    status: running
+    connectors:
+{source_yaml(servers, registry, topic, group)}      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {out}
+""")
+
+
 def start_run(cfg: Path, state: Path) -> subprocess.Popen:
     """`cdcflow run --until-idle` in its own session (so the whole tree can be killed at once)."""
     return subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(cfg), "--until-idle",
@@ -148,19 +165,7 @@ def test_sigkill_at_several_points_loses_nothing(kafka_broker, schema_registry, 
     create_topic(kafka_broker, topic, parts)
     produce(kafka_broker, schema_registry, topic, [(i % parts, ev) for i, ev in enumerate(orders(range(n)))])
     out, state = tmp_path / "out.jsonl", tmp_path / "state"
-    cfg = pipeline_file(tmp_path, f"""version: "2.2"
-engine:
-  batch-size: {batch}
-pipelines:
-  - id: resume
-    status: running
-    connectors:
-{source_yaml(kafka_broker, schema_registry, topic, unique_name)}      - id: out
-        type: destination
-        plugin: builtin:file
-        settings:
-          path: {out}
-""")
+    cfg = kafka_to_file(tmp_path, kafka_broker, schema_registry, topic, unique_name, out, "resume", batch)
     crashes = 0
     for at in (2_000, 9_000):  # killed with the checkpoint kept
         kill_when(start_run(cfg, state), out, at)
@@ -194,19 +199,7 @@ def test_replayed_segment_adds_no_duplicates_end_to_end(kafka_broker, schema_reg
     produce(kafka_broker, schema_registry, topic, segment)
     produce(kafka_broker, schema_registry, topic, segment[120:])  # replay while nothing was read yet
     out, state = tmp_path / "out.jsonl", tmp_path / "state"
-    cfg = pipeline_file(tmp_path, f"""version: "2.2"
-engine:
-  batch-size: 64
-pipelines:
-  - id: replay
-    status: running
-    connectors:
-{source_yaml(kafka_broker, schema_registry, topic, unique_name)}      - id: out
-        type: destination
-        plugin: builtin:file
-        settings:
-          path: {out}
-""")
+    cfg = kafka_to_file(tmp_path, kafka_broker, schema_registry, topic, unique_name, out, "replay", 64)
     run(cfg, state)
     assert sorted(ids(out)) == list(range(200))
     assert len(raw_messages(kafka_broker, topic, idle=0.5)) == 280  # the replay really is in the topic

@@ -3,6 +3,7 @@
 import datetime
 import json
 import struct
+import time
 from decimal import Decimal
 
 import pytest
@@ -204,13 +205,46 @@ def test_tombstone_and_extension_values():
     # a tombstone carries no commit ts: the newest one read before it is its lower bound
     assert (e.kind, e.row, e.commit_ts) == (DELETE, {"id": 1}, ts)
     assert [c.name for c in e.table.columns] == ["id"] and e.table.columns[0].handle_key
-    # before any commit ts was read: the caller's fallback (e.g. the message time), else unknown (0)
+    assert not e.ts_estimated
+    # before anything bounds it: an estimate, flagged, never 0 -- the message time as a TSO, else now
     fresh = AvroDecoder(None, reg)
-    assert fresh.decode(*dele).commit_ts == 0
-    assert fresh.decode(*dele, commit_ts=42).commit_ts == 42
+    e = fresh.decode(*dele, message_ms=1_700_000_000_123)
+    assert (e.commit_ts, e.ts_estimated) == (1_700_000_000_123 << 18, True)
+    before = time.time_ns() // 1_000_000
+    e = fresh.decode(*dele)
+    assert e.ts_estimated and before <= e.commit_ts >> 18 <= time.time_ns() // 1_000_000
+    # an estimate bounds nothing: the next delete is estimated again
+    assert fresh.decode(*dele, message_ms=1).commit_ts == 1 << 18
     # after a resolved / DDL event at R, a later row has a commit ts above R
     fresh.decode(None, b"\x02" + (ts + 10).to_bytes(8, "big"))
-    assert fresh.decode(*dele).commit_ts == ts + 11
+    e = fresh.decode(*dele, message_ms=1)
+    assert (e.commit_ts, e.ts_estimated) == (ts + 11, False)
+    # a commit ts the caller knows (cdcflow's header on the tombstone) is the delete's own
+    e = fresh.decode(*dele, commit_ts=ts + 5, message_ms=1)
+    assert (e.commit_ts, e.ts_estimated) == (ts + 5, False)
+
+
+def test_delete_bound_is_per_table_and_per_partition():
+    """TiCDC orders a partition's rows by commit ts per table, not across tables: a delete's lower
+    bound is the newest commit ts of its own table on its partition (or one past a DDL / resolved ts)."""
+    a, b = table(Column("v", "INT")), table(Column("v", "INT"), name="u")
+    reg = store_registry()
+    enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), reg)
+    (a_ins, a_del) = enc.encode([RowChange(a, INSERT, 100 << 18, {"id": 1, "v": 1}),
+                                 RowChange(a, DELETE, 0, {"id": 1, "v": 1})], "tidb_test_t")
+    (b_ins,) = enc.encode([RowChange(b, INSERT, 900 << 18, {"id": 1, "v": 1})], "tidb_test_u")
+    dec = AvroDecoder(None, reg)
+    dec.decode(*a_ins, partition=("t", 0))
+    dec.decode(*b_ins, partition=("t", 0))  # another table, later commit ts, same partition
+    e = dec.decode(*a_del, partition=("t", 0))
+    assert (e.commit_ts, e.ts_estimated) == (100 << 18, False)  # not 900 << 18: above its own
+    # another partition read by the same decoder (consistency: transaction) knows nothing yet
+    e = dec.decode(*a_del, partition=("t", 1), message_ms=5)
+    assert (e.commit_ts, e.ts_estimated) == (5 << 18, True)
+    # a resolved ts newer than the table's rows raises the bound past it, on its partition only
+    dec.decode(None, b"\x02" + (500 << 18).to_bytes(8, "big"), partition=("t", 0))
+    assert dec.decode(*a_del, partition=("t", 0)).commit_ts == (500 << 18) + 1
+    assert dec.decode(*a_del, partition=("t", 1), message_ms=5).ts_estimated
 
 
 def test_without_extension_rows_decode_as_insert_with_fallback_ts():

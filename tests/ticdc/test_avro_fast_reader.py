@@ -54,7 +54,7 @@ def _decode_all(dec, messages):
     out = []
     for k, v in messages:
         try:
-            out.append(_view(dec.decode(k, v)))
+            out.append(_view(dec.decode(k, v, message_ms=1)))  # fixed: a first DELETE's ts is an estimate
         except CodecError as e:
             out.append((type(e).__name__, e.position))
     return out

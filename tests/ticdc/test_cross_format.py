@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import time
 from decimal import Decimal
 
 import pytest
@@ -241,17 +242,19 @@ def test_fsp_unknown_writes_the_values_own_fraction():
 
 def test_avro_delete_is_the_key_alone(registry):
     """A tombstone carries the key schema only: the deleted row is its key, the
-    table its key columns, the commit ts unknown (0) to a decoder that has read no
-    commit ts before it (see test_avro.py). CSV then writes a row of the
-    key columns; a CSV row missing a column of its table is refused."""
+    table its key columns, the commit ts an estimate (no message time here: now) to a
+    decoder that has read nothing before it (see test_avro.py). CSV then writes a row of
+    the key columns; a CSV row missing a column of its table is refused."""
     table = _op_table(Column("v", "VARCHAR", length=5))
     avro = convert.codec_for(convert.AVRO, OPTIONS[convert.AVRO], registry=registry)
+    before = time.time_ns() // 1_000_000
     [back] = avro.decode(avro.encode([RowChange(table, "delete", 7 << 18, {"id": 1, "v": "x"})]))
-    assert back.kind == "delete" and back.row == {"id": 1} and back.commit_ts == 0
+    assert back.kind == "delete" and back.row == {"id": 1} and back.ts_estimated
+    assert before <= back.commit_ts >> 18 <= time.time_ns() // 1_000_000
     assert [c.name for c in back.table.columns] == ["id"]
     csv = convert.codec_for(convert.CSV, OPTIONS[convert.CSV])
     [(csv_table, data)] = csv.encode([back])
-    assert csv_table is back.table and data == b'"D","t","db",0,false,1\r\n'
+    assert csv_table is back.table and data == b'"D","t","db",%d,false,1\r\n' % back.commit_ts
     with pytest.raises(UnrepresentableValue, match="every column") as info:
         csv.encode([RowChange(table, "delete", 1, {"id": 1})])
     assert info.value.column == "v"
