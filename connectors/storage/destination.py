@@ -101,14 +101,6 @@ class StorageDestination(Destination):
         when the layout has dates); a run whose directory cannot be made gets the error."""
         if not min(rows.commit_ts):
             rows.commit_ts = self._known_commit_ts(rows.commit_ts)
-        try:
-            rows = self._key_only_widened(rows)  # may list the table's schema files: its path must be storable
-        except InfrastructureError:
-            raise
-        except (CdcflowError, ValueError) as e:
-            for i in rows.indexes:
-                errors[i] = f"{type(e).__name__}: {e}"
-            return
         top = max(rows.commit_ts)
         if self._max_commit_ts is None or top > self._max_commit_ts:
             self._max_commit_ts = top
@@ -125,7 +117,8 @@ class StorageDestination(Destination):
                     positions.setdefault(date, []).append(k)
                 parts = [(date, rows.take(ks)) for date, ks in positions.items()]
         for date, part in parts:
-            try:
+            try:  # both may list or create the table's directories: its path must be storable
+                part = self._key_only_widened(part)
                 rel = self._data_dir_of(part.table, part.commit_ts[0], date, records[part.indexes[0]].position)
             except InfrastructureError:
                 raise

@@ -284,7 +284,8 @@ def test_path_too_long_for_the_store_is_the_error_of_those_rows_only(tmp_path, r
 @pytest.mark.timeout(600)
 def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_path):
     """``cdcflow run`` writing to S3 when the endpoint stops answering (SIGSTOP) ends with a failure
-    naming the endpoint, instead of hanging; nothing goes to the DLQ."""
+    naming the endpoint, instead of hanging; nothing goes to the DLQ. Once the endpoint answers
+    again (SIGCONT), a re-run completes and every row is in the lake: 0 lost."""
     import boto3
 
     from test_engine import pipeline_file
@@ -297,7 +298,7 @@ def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_pa
     lake = {"uri": f"s3://{bucket}/lake", **FORMATS["csv"], "s3.endpoint": endpoint, "s3.access-key": "testing",
             "s3.secret-access-key": "testing", "s3.region": "us-east-1", "connect-timeout": "1s",
             "read-timeout": "2s", "retries": "2", "request-timeout": "6s"}
-    gen = {"format.type": "tidb", "operations": "create", "seed": "3", "recordCount": "100000", "rate": "400",
+    gen = {"format.type": "tidb", "operations": "create", "seed": "3", "recordCount": "3000", "rate": "300",
            "partitions": "1"}
     path = pipeline_file(tmp_path / "p.yaml", "stall", ("builtin:generator", gen), ("builtin:storage", lake), batch=50)
     text = Path(path).read_text()  # one retry: the default outage budget would wait up to 5 minutes
@@ -326,6 +327,22 @@ def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_pa
     assert "destination dst: object-store unavailable" in out, out[-3000:]
     assert re.search(r"records nacked\s+0\b", out), out[-3000:]  # an outage sends nothing to the DLQ
     assert took < 300, f"the run took {took:.0f}s to give up"
+
+    moto.send_signal(signal.SIGCONT)  # the fault is removed: the same run again finishes the job
+    cli = [sys.executable, "-m", "cdcflow.cli", "run"]
+    rerun = subprocess.run([*cli, path, "--until-idle", "--master", "local[1]", "--state-dir", str(tmp_path / "state")],
+                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=400)
+    assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-3000:]
+    back, out_file = tmp_path / "back.yaml", tmp_path / "back.jsonl"
+    source = {"uri": f"s3://{bucket}/lake", **FORMATS["csv"], "s3.endpoint": endpoint, "s3.access-key": "testing",
+              "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+    pipeline_file(back, "back", ("builtin:storage", source), ("builtin:file", {"path": str(out_file)}))
+    read = subprocess.run([*cli, str(back), "--until-idle", "--master", "local[1]", "--state-dir",
+                           str(tmp_path / "back-state")], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=400)
+    assert read.returncode == 0, (read.stdout + read.stderr)[-3000:]
+    ids = [orjson.loads(line)["key"]["id"] for line in out_file.read_bytes().splitlines() if b'"cdcflow.control"' not in line]
+    assert set(ids) == set(range(3000)), f"{3000 - len(set(ids))} rows lost"
 
 
 def test_timeout_settings_reach_the_s3_client_and_bound_each_call():
