@@ -17,7 +17,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder
-from cdcflow.connectors.ticdc.convert import names_row
+from cdcflow.connectors.ticdc.convert import names_rows
 from cdcflow.connectors.ticdc.csv import encode_table_rows
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DELETE, DDLEvent, ResolvedEvent, RowChange, TableRows, from_record, records_to_rows
@@ -287,9 +287,9 @@ class StorageDestination(Destination):
     def _encode(self, rows: TableRows, records: Sequence[Record]) -> bytes:
         s = self.settings
         if self._encoder is None:
-            tables = rows.tables or [rows.table] * len(rows)  # CSV writes ENUM/SET names: refuse index text
-            images = ([names_row(t, r, "csv") for t, r in zip(tables, rows.rows)],
-                      [names_row(t, r, "csv") for t, r in zip(tables, rows.olds)])
+            # CSV writes ENUM/SET names: refuse index text
+            images = (names_rows(rows.table, rows.tables, rows.rows, "csv"),
+                      names_rows(rows.table, rows.tables, rows.olds, "csv"))
             return encode_table_rows(rows.table, rows.kinds, rows.commit_ts, *images, s.csv)
         term = s.csv.terminator.encode()
         return term.join(self._encoder.encode_many(rows.events(records))) + term

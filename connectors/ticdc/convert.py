@@ -148,6 +148,20 @@ def names_row(table: TableSchema, row: dict | None, target: str) -> dict | None:
     bitmask 0 become ``''`` — the rule ``adapt_events`` applies. Destinations write decoded records
     rather than transcode, so they call this per row; the check is cached per table object and costs
     a dict lookup for tables without such columns."""
+    fixers = _name_fixers(table, target)
+    return _fix_row(table, row, fixers, target) if fixers else row
+
+
+def names_rows(table: TableSchema, tables: list[TableSchema] | None, rows: list, target: str) -> list:
+    """``names_row`` over a batch of ``table``'s rows (or of ``tables``, one per row): the list itself
+    when the table has no column to check, so the common batch costs one lookup, not one per row."""
+    if tables is None:
+        fixers = _name_fixers(table, target)
+        return [_fix_row(table, r, fixers, target) for r in rows] if fixers else rows
+    return [names_row(t, r, target) for t, r in zip(tables, rows)]
+
+
+def _name_fixers(table: TableSchema, target: str) -> tuple:
     key = (id(table), target)
     hit = _NAME_CHECKS.get(key)
     if hit is None or hit[0] is not table:
@@ -155,7 +169,7 @@ def names_row(table: TableSchema, row: dict | None, target: str) -> dict | None:
             _NAME_CHECKS.clear()
         fixers = tuple(f for f in _fixers(table, target) if f[2] == "index-text") if target in NAME_FORMATS else ()
         hit = _NAME_CHECKS[key] = (table, fixers)
-    return _fix_row(table, row, hit[1], target) if hit[1] else row
+    return hit[1]
 
 
 def names_event(ev: RowChange, target: str) -> RowChange:
