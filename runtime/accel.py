@@ -30,17 +30,23 @@ KERNELS: tuple[str, ...] = (
 )
 
 ENV_OFF = "CDCFLOW_PURE_PYTHON"
+#: comma-separated kernel names (full or last part, e.g. ``_csv``) to run in Python only;
+#: how a pipeline benchmark measures what one kernel buys end to end
+ENV_OFF_SOME = "CDCFLOW_KERNELS_OFF"
 
 
-def enabled() -> bool:
-    return os.environ.get(ENV_OFF, "") in ("", "0")
+def enabled(name: str = "") -> bool:
+    if os.environ.get(ENV_OFF, "") not in ("", "0"):
+        return False
+    off = {part.strip() for part in os.environ.get(ENV_OFF_SOME, "").split(",") if part.strip()}
+    return not (name and (name in off or name.rsplit(".", 1)[-1] in off))
 
 
 def load(name: str) -> ModuleType | None:
     """The kernel module ``name`` (one of ``KERNELS``), or None to use the Python path."""
     if name not in KERNELS:
         raise ValueError(f"unknown kernel {name!r}; known: {', '.join(KERNELS)}")
-    if not enabled():
+    if not enabled(name):
         return None
     try:
         return importlib.import_module(name)
@@ -52,7 +58,7 @@ def status() -> dict[str, str]:
     """{kernel: "compiled" | "off" | "not built: <reason>"} for ``cdcflow plugins list`` and tests."""
     out = {}
     for name in KERNELS:
-        if not enabled():
+        if not enabled(name):
             out[name] = "off"
             continue
         try:
