@@ -1,18 +1,12 @@
-"""Project-wide test setup: ``tests/`` on sys.path, the shared Kafka/registry fixtures, and a
+"""Project-wide test setup: the shared Kafka/registry/S3 fixtures (``helpers``), and a
 private cache directory (the Spark class-data archive) so a test run leaves nothing in ``~/.cache``,
 and private Spark scratch and JVM temp dirs so killed runs leave nothing in ``/tmp``."""
 
 import os
 import shutil
-import sys
 import tempfile
-from pathlib import Path
 
-_TESTS = str(Path(__file__).resolve().parent)
-if _TESTS not in sys.path:
-    sys.path.append(_TESTS)
-
-pytest_plugins = ["kafka_fixtures"]
+pytest_plugins = ["helpers.kafka_fixtures", "helpers.s3_fixtures"]
 
 _OWN_DIRS = []
 if "CDCFLOW_CACHE_DIR" not in os.environ:  # set before any Spark start; subprocesses inherit it

@@ -2,7 +2,7 @@
 
 Everything a cell checks was produced by `cdcflow run` subprocesses on real services (the
 session's Tansu broker and built-in registry from ``kafka_fixtures``, moto's S3 server from the
-storage tests, local files). The work is staged so the whole matrix costs five Spark starts:
+``helpers.s3_fixtures``, local files). The work is staged so the whole matrix costs five Spark starts:
 
 1. ``generate``: the generator (every TiDB type, two tables, inserts/updates/deletes) → a file;
    the test then splices a DDL, a key-changing update and a closing resolved ts into it
@@ -29,8 +29,7 @@ import pytest
 import yaml
 from confluent_kafka import KafkaException
 
-from kafka.kafka_helpers import create_topic
-from storage.conftest import moto_server  # noqa: F401  (the session's moto S3 server)
+from helpers.kafka import create_topic
 
 FORMATS = ("kafka-avro", "kafka-canal-json", "kafka-open-protocol", "storage-csv", "storage-canal-json", "file")
 TABLES = ("shop.orders", "shop.items")

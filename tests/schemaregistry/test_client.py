@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
+from helpers.registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
 
 from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions
 from cdcflow.connectors.ticdc.events import INSERT, RowChange

@@ -1,7 +1,7 @@
 """Compatibility levels: the pure rule and the registry's answer over HTTP must agree."""
 
 import pytest
-from registry_cases import CASES, V1, case_id, record
+from helpers.registry_cases import CASES, V1, case_id, record
 
 from cdcflow.schemaregistry.client import IncompatibleSchemaError, RegistryClient
 from cdcflow.schemaregistry.compatibility import LEVELS, InvalidLevel, InvalidSchema, normalize_level, problems

@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry.common.schema_registry_client import (
     ServerConfig,
 )
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
+from helpers.registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
 
 # Every public method and where it is exercised; a new client release adding methods fails
 # test_every_public_method_is_exercised until someone decides what the registry answers.

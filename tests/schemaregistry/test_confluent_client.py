@@ -5,7 +5,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
-from registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
+from helpers.registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
 
 
 @pytest.fixture

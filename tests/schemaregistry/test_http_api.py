@@ -2,7 +2,7 @@
 
 import httpx
 import pytest
-from registry_cases import V1, record
+from helpers.registry_cases import V1, record
 
 MEDIA = "application/vnd.schemaregistry.v1+json"
 

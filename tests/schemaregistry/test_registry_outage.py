@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from registry_cases import V1
+from helpers.registry_cases import V1
 
 from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions
 from cdcflow.connectors.ticdc.errors import CodecError, UnknownSchema

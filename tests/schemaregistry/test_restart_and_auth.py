@@ -6,7 +6,7 @@ import httpx
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
+from helpers.registry_cases import ADD_NULLABLE_WITH_DEFAULT, V1, record
 
 from cdcflow.dev.registry import RegistryService
 from cdcflow.schemaregistry.client import RegistryAuthError, RegistryClient

@@ -9,7 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from transform_helpers import configure_only, make
+from helpers.transforms import configure_only, make
 
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.chain import ProcessorSetupError
@@ -224,7 +224,7 @@ def test_webhook_unreachable_and_bad_settings():
 
 
 def test_webhook_in_chain_open_failure_names_processor():
-    from transform_helpers import chain
+    from helpers.transforms import chain
 
     with pytest.raises(ProcessorSetupError, match="hook"):
         chain(("hook", "webhook.http", None, {"request.url": "http://x", "backoffRetry.factor": "0"}))

@@ -9,7 +9,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transform_helpers import chain, configure_only, make
+from helpers.transforms import chain, configure_only, make
 
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, ResolvedEvent, RowChange, to_record
 from cdcflow.errors import ConfigError
@@ -145,7 +145,7 @@ def test_mask_leaves_control_records_and_rejects_bad_settings():
 
 
 def test_mask_salt_is_secret():
-    from transform_helpers import registry
+    from helpers.transforms import registry
 
     from cdcflow.params import REDACTOR
 

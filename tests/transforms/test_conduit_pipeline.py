@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from transform_helpers import registry
+from helpers.transforms import registry
 
 from cdcflow.pipeline.chain import build_chain
 from cdcflow.pipeline.validate import validate_files

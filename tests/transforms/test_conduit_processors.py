@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from transform_helpers import chain, configure_only, make
+from helpers.transforms import chain, configure_only, make
 
 from cdcflow.errors import ConfigError
 from cdcflow.record import Operation, Record
@@ -378,7 +378,7 @@ def test_conditions_true_false_invalid(plugin):
 
 
 def test_registry_describes_every_builtin():
-    from transform_helpers import registry
+    from helpers.transforms import registry
 
     names = {i.name: i for i in registry().transforms() if i.type == "builtin"}
     conduit = {"field.set", "field.rename", "field.exclude", "field.convert", "filter", "json.decode", "json.encode",
