@@ -23,21 +23,18 @@ import contextlib
 import csv
 import io
 import json
-import os
 import sys
 
 import orjson
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_codec_avro
+import bench_codec_canal_csv as canal_csv_bench
+import bench_codec_open
 
-import bench_codec_avro  # noqa: E402
-import bench_codec_canal_csv as canal_csv_bench  # noqa: E402
-import bench_codec_open  # noqa: E402
-
-from cdcflow.connectors.ticdc import canal_json as cj  # noqa: E402
-from cdcflow.connectors.ticdc import csv as tcsv  # noqa: E402
-from cdcflow.connectors.ticdc.events import from_records, to_record, to_records  # noqa: E402
-from cdcflow.schemas import SchemaStore  # noqa: E402
+from cdcflow.connectors.ticdc import canal_json as cj
+from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.events import from_records, to_record, to_records
+from cdcflow.schemas import SchemaStore
 
 
 def canal_and_csv(n: int) -> list[tuple[str, str, float, float, float | None]]:

@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from decimal import Decimal
-from pathlib import Path
 
 from cdcflow.convert.jsonform import dumps_lines, loads_lines
 from cdcflow.convert.protobuf import PbRecord, from_proto, to_proto
@@ -36,7 +35,6 @@ def _row(i: int) -> dict:
 
 
 def _ticdc_records(n: int, store: SchemaStore, column_scale: bool) -> list[Record]:
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_storage import rows, table
     from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
 

@@ -5,16 +5,14 @@
     taskset -c 0 .venv/bin/python tests/benchmarks/bench_csv_jsonform.py [ROWS]
 """
 
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_storage import rows, table  # noqa: E402
-from cdcflow.connectors.ticdc.csv import CsvDecoder, CsvOptions, encode_table_rows  # noqa: E402
-from cdcflow.connectors.ticdc.events import INSERT  # noqa: E402
-from cdcflow.convert import jsonform  # noqa: E402
-from cdcflow.schemas import default_store  # noqa: E402
+from bench_storage import rows, table
+from cdcflow.connectors.ticdc.csv import CsvDecoder, CsvOptions, encode_table_rows
+from cdcflow.connectors.ticdc.events import INSERT
+from cdcflow.convert import jsonform
+from cdcflow.schemas import default_store
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 250_000
 BATCH = 10_000

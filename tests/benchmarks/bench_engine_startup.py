@@ -19,19 +19,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_storage import ENGINE_PIPELINE, FILES, TABLES, rows, table
 
-from bench_storage import ENGINE_PIPELINE, FILES, TABLES, rows, table  # noqa: E402
-
-from cdcflow.connectors.storage.destination import StorageDestination  # noqa: E402
-from cdcflow.connectors.storage.settings import DESTINATION_PARAMS  # noqa: E402
-from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record  # noqa: E402
-from cdcflow.params import validate  # noqa: E402
-from cdcflow.schemas import default_store  # noqa: E402
+from cdcflow.connectors.storage.destination import StorageDestination
+from cdcflow.connectors.storage.settings import DESTINATION_PARAMS
+from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
+from cdcflow.params import validate
+from cdcflow.schemas import default_store
 
 STEPS = ("daemon", "worker", "task", "registry", "pipeline", "source", "first-batch", "work", "end")
 

@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
+import bench_standalone
+import bench_storage
 
-import bench_standalone  # noqa: E402
-import bench_storage  # noqa: E402
-
-from cdcflow.connectors.generator import SOURCE_PARAMS, GeneratorSource  # noqa: E402
-from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record  # noqa: E402
-from cdcflow.convert import jsonform  # noqa: E402
-from cdcflow.params import validate  # noqa: E402
-from cdcflow.schemas import default_store  # noqa: E402
+from cdcflow.connectors.generator import SOURCE_PARAMS, GeneratorSource
+from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
+from cdcflow.convert import jsonform
+from cdcflow.params import validate
+from cdcflow.schemas import default_store
 
 
 def storage_records(n: int, store) -> list:

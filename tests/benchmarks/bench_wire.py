@@ -10,16 +10,13 @@ structured (Avro, ten fields) records. process_time, best of N, one thread; run 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_standalone import raw_records, structured_records  # noqa: E402
+from bench_standalone import raw_records, structured_records
 
-from cdcflow.convert import protobuf  # noqa: E402
-from cdcflow.schemas import SchemaStore  # noqa: E402
-from cdcflow.standalone.framing import frame_batches  # noqa: E402
+from cdcflow.convert import protobuf
+from cdcflow.schemas import SchemaStore
+from cdcflow.standalone.framing import frame_batches
 
 
 def best_us(fn, n: int, rounds: int) -> float:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,8 +18,7 @@ from cdcflow.avro_values import Codec, derive_shared_schema
 from cdcflow.errors import ConversionError
 from cdcflow.record import _data_eq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers.avro_strategies import HAND_SCHEMA, hand_value, rows  # noqa: E402  (tests/core: shared value strategies)
+from helpers.avro_strategies import HAND_SCHEMA, hand_value, rows
 
 
 def _same_as_reference(codec: Codec, value) -> None:

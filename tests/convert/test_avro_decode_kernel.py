@@ -15,9 +15,7 @@ import datetime as dt
 import gc
 import re
 import struct
-import sys
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -28,10 +26,9 @@ from cdcflow.avro_values import Codec, derive_shared_schema
 from cdcflow.connectors.ticdc.schema import table_schema_avro
 from cdcflow.errors import ConversionError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "connectors" / "ticdc"))
-from helpers import tidb_strategies as tidb_st  # noqa: E402  (tests/ticdc/strategies.py: every TiDB type and its edge values)
+from helpers import tidb_strategies as tidb_st  # every TiDB type and its edge values
 from helpers.leakcheck import traced_growth
-from helpers.avro_strategies import HAND_SCHEMA, hand_value, rows  # noqa: E402  (tests/core: shared value strategies)
+from helpers.avro_strategies import HAND_SCHEMA, hand_value, rows
 
 kernel = avro_values._kernel
 pytestmark = pytest.mark.skipif(kernel is None, reason="decode kernel not built or CDCFLOW_PURE_PYTHON=1")

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,8 +11,7 @@ from cdcflow.errors import ConversionError
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_convert_roundtrip import SETTINGS, records  # noqa: E402
+from test_convert_roundtrip import SETTINGS, records
 
 
 

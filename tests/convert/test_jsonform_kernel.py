@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import sys
 from decimal import Decimal
-from pathlib import Path
 
 import orjson
 import pytest
@@ -25,9 +23,8 @@ from cdcflow.errors import ConversionError
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "connectors" / "ticdc"))
-from helpers import tidb_strategies as tidb_st  # noqa: E402  (tests/ticdc/strategies.py: every TiDB type and its edge values)
-from helpers.leakcheck import traced_growth  # noqa: E402
+from helpers import tidb_strategies as tidb_st  # every TiDB type and its edge values
+from helpers.leakcheck import traced_growth
 
 kernel = jsonform._kernel
 pytestmark = pytest.mark.skipif(kernel is None, reason="JSON-form kernel not built or CDCFLOW_PURE_PYTHON=1")

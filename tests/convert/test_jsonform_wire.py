@@ -9,8 +9,6 @@ message it does not handle: structured data, schema references, odd shapes, malf
 from __future__ import annotations
 
 import contextlib
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,10 +31,8 @@ from cdcflow.schemas import SchemaStore
 from cdcflow.standalone.framing import encode_acks, frame_batches, frame_records
 from cdcflow.varint import uvarint
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "connectors" / "ticdc"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import tidb_strategies as tidb_st  # noqa: E402  (tests/ticdc/strategies.py: every TiDB type and its edge values)
-from helpers.leakcheck import traced_growth  # noqa: E402
+from helpers import tidb_strategies as tidb_st  # every TiDB type and its edge values
+from helpers.leakcheck import traced_growth
 
 pytestmark = pytest.mark.skipif(jsonform._kernel is None, reason="JSON-form kernel not built or CDCFLOW_PURE_PYTHON=1")
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,6 @@ import re
 import struct
 import sys
 from decimal import Context, Decimal
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,9 +34,7 @@ from cdcflow.schemas import SchemaStore
 from cdcflow.standalone.framing import frame_batches
 from cdcflow.varint import uvarint
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "connectors" / "ticdc"))
-from test_convert_roundtrip import SETTINGS, records  # noqa: E402
+from test_convert_roundtrip import SETTINGS, records
 
 # Without the kernel (not built, or CDCFLOW_PURE_PYTHON=1) the differential tests still hold the
 # Python reader to upb; the tests of the kernel's own objects are skipped.

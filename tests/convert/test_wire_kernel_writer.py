@@ -8,9 +8,6 @@ limit, and the unusual records the kernel hands to Python.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,8 +20,7 @@ from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 from cdcflow.standalone.framing import frame_batches, frame_records
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_convert_roundtrip import records  # noqa: E402
+from test_convert_roundtrip import records
 
 needs_kernel = pytest.mark.skipif(protobuf._writer is None, reason="the _wire kernel is not built (or turned off)")
 

@@ -7,14 +7,13 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import PLUGIN_PKG, PYTHON, REPO, cli, write_pipeline
+from helpers.engine import PLUGIN_PKG, PYTHON, REPO, cli, write_pipeline
 
 pytestmark = pytest.mark.spark
 
@@ -60,7 +59,6 @@ def _start_run(path: Path, *extra: str) -> subprocess.Popen:
 
 
 def _positions(tmp_path: Path) -> list[bytes]:
-    sys.path.insert(0, str(PLUGIN_PKG))
     from cdcflow_engine_testplugins import read_records
 
     return [r.position for r in read_records(tmp_path / "out.bin")]

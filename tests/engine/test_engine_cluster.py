@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUGIN_PKG, PYTHON, REPO, write_pipeline
+from helpers.engine import PLUGIN_PKG, PYTHON, REPO, write_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -156,7 +156,6 @@ def test_pipeline_on_standalone_cluster_with_shipped_third_party_transform(tmp_p
     res = subprocess.run([PYTHON, "-m", "cdcflow.cli", "run", str(path), "--master", url, "--until-idle"],
                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    sys.path.insert(0, str(PLUGIN_PKG))
     from cdcflow_engine_testplugins import read_records
 
     records = read_records(tmp_path / "out.bin")

@@ -21,7 +21,7 @@ from cdcflow.record import (
     Operation,
 )
 
-from conftest import write_pipeline
+from helpers.engine import write_pipeline
 
 pytestmark = pytest.mark.spark
 

@@ -18,7 +18,7 @@ import pytest
 from cdcflow.convert.jsonform import dumps_lines, loads_lines
 from cdcflow.record import META_DLQ_NACK_ERROR, META_DLQ_NACK_NODE_ID, Record
 
-from conftest import cli, write_pipeline
+from helpers.engine import cli, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

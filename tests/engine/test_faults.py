@@ -8,14 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import PLUGIN_PKG, PYTHON, REPO, write_pipeline
+from helpers.engine import PLUGIN_PKG, PYTHON, REPO, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -66,7 +65,6 @@ def _run(path: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedP
 
 
 def _recorded(path: Path) -> list[int]:
-    sys.path.insert(0, str(PLUGIN_PKG))
     from cdcflow_engine_testplugins import read_records
 
     return [r.key["id"] for r in read_records(path)]
@@ -313,7 +311,6 @@ def test_a_processor_outage_is_retried_not_nacked(tmp_path):
     res = _run(path)
     assert res.returncode == 0, res.stderr
     assert _recorded(tmp_path / "dlq.bin") == []
-    sys.path.insert(0, str(PLUGIN_PKG))
     from cdcflow_engine_testplugins import read_records
 
     out = read_records(tmp_path / "out.bin")

@@ -13,7 +13,7 @@ import pytest
 from cdcflow.convert.jsonform import loads_lines
 from cdcflow.schemas import SchemaStore
 
-from conftest import cli, write_pipeline
+from helpers.engine import cli, write_pipeline
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,7 @@ from cdcflow.engine.runner import run_files
 from cdcflow.engine.session import DAEMON_MODULE, base_conf
 from cdcflow.engine.state import StateDir
 
-from conftest import write_pipeline
+from helpers.engine import write_pipeline
 
 PYTHON = sys.executable
 

@@ -29,15 +29,14 @@ import pytest
 import yaml
 from confluent_kafka import KafkaException
 
+from helpers.journeys import DDL_TABLE, read_lines
 from helpers.kafka import create_topic
 
-FORMATS = ("kafka-avro", "kafka-canal-json", "kafka-open-protocol", "storage-csv", "storage-canal-json", "file")
 TABLES = ("shop.orders", "shop.items")
 RECORDS = 20  # generator records: every value variant (random, max, min, NULL) in both tables
 SEED = 14
 #: the DDL goes after this many generator records of the input (a table version starts there)
 DDL_AFTER = 10
-DDL_TABLE = "shop.orders"
 KEY_CHANGE_OFFSET = 1000  # the key-changing update's old key is its new key + this
 RUN_TIMEOUT = 600
 _PAIRS_KEY = pytest.StashKey[set]()
@@ -153,12 +152,6 @@ def cdcflow_run(root: Path, stage: str, pipelines: list[dict]) -> RunResult:
     result = RunResult(stage, proc.returncode, proc.stderr + proc.stdout, time.monotonic() - started)
     (root / f"{stage}.log").write_text(result.stderr)
     return result
-
-
-def read_lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 # -- the input ---------------------------------------------------------------------------------

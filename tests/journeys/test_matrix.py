@@ -5,7 +5,7 @@ S3), storage canal-json (local disk), file (OpenCDC JSON lines). The input is ge
 TiDB type in two tables, inserts, updates and deletes, with a DDL in the middle, an update that
 changes its row's key and a resolved ts at the end (conftest.py builds it and runs the stages).
 Each cell reads its destination back with `cdcflow run` into a file and checks, against
-``model.expected_rows`` (the documented fallbacks of docs/codec-cross-format.md):
+``helpers.journeys.expected_rows`` (the documented fallbacks of docs/codec-cross-format.md):
 
 - every row change arrives exactly once, with the values both formats carry;
 - commit ts and dates are the rows' own (never 0 / 1970-01-01);
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DDL_TABLE, FORMATS, read_lines
-from model import FACTS, OUTPUT_OLD_VALUE, expected_rows
+from helpers.journeys import DDL_TABLE, FACTS, FORMATS, OUTPUT_OLD_VALUE, expected_rows, read_lines
 
 #: the default cells: the input file into each format and read back, so every connector runs on both
 #: sides and the "produce" stage (one Spark start) is not needed

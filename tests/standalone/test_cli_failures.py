@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from standalone_helpers import HERE, served, write_plugin
+from helpers.standalone import HERE, served, write_plugin
 
 CDCFLOW = str(Path(sys.executable).parent / "cdcflow")
 
@@ -82,9 +82,8 @@ def test_destination_crashing_mid_stream_fails_the_run(tmp_path: Path, plugins_d
 
 @pytest.mark.slow
 def test_destination_crashing_at_start_fails_the_run(tmp_path: Path, plugins_dir: Path) -> None:
-    write_plugin(plugins_dir, "crashy", f"""
+    write_plugin(plugins_dir, "crashy", """
         import os, sys
-        sys.path.insert(0, {str(HERE)!r})
         from cdcflow.sdk import ConnectorPlugin, Destination
         from cdcflow.standalone.server import serve
 

@@ -11,7 +11,7 @@ from cdcflow.record import Record
 from cdcflow.standalone import host as host_module
 from cdcflow.standalone.host import StandaloneDestination
 
-from standalone_helpers import served
+from helpers.standalone import served
 
 
 def _writes(path: Path) -> list[list[str]]:

@@ -12,7 +12,7 @@ import pytest
 
 from cdcflow.standalone.export import export_launcher
 
-from standalone_helpers import HERE
+from helpers.standalone import HERE
 
 
 def _peer_client(launcher: Path, side: str, config: dict, count: int, env: dict | None = None) -> dict:

@@ -16,7 +16,7 @@ from cdcflow.record import Record
 from cdcflow.standalone.handshake import HandshakeError
 from cdcflow.standalone.host import HostOptions, StandaloneDestination, StandaloneSource, specify
 
-from standalone_helpers import served, write_plugin
+from helpers.standalone import served, write_plugin
 
 
 def test_exit_before_handshake(plugins_dir: Path) -> None:

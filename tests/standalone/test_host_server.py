@@ -16,7 +16,7 @@ from cdcflow.standalone.host import (
     HostOptions, StandaloneDestination, StandaloneSource, StandaloneTransform, specify,
 )
 
-from standalone_helpers import served
+from helpers.standalone import served
 
 
 def _read_all(src: StandaloneSource, want: int, timeout: float = 20.0) -> list[Record]:

@@ -17,7 +17,7 @@ from cdcflow.params import ParamType
 from cdcflow.record import Operation, Record
 from cdcflow.standalone.host import StandaloneDestination, StandaloneSource, specify
 
-from standalone_helpers import write_plugin
+from helpers.standalone import write_plugin
 
 PEER_SOURCE = """
     from typing import Literal

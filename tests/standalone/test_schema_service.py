@@ -16,7 +16,7 @@ from cdcflow.schemas import SchemaStore, default_store
 from cdcflow.standalone.schema_service import HostServices, RemoteSchemaStore
 from cdcflow.standalone.host import StandaloneTransform, host_services
 
-from standalone_helpers import served
+from helpers.standalone import served
 
 SCHEMA = '{"type": "record", "name": "row", "fields": [{"name": "id", "type": "long"}]}'
 

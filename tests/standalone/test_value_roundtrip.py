@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cdcflow.record import Operation, Record
 from cdcflow.standalone.host import StandaloneTransform
 
-from standalone_helpers import served
+from helpers.standalone import served
 
 MIB = 1024 * 1024
 

@@ -25,7 +25,7 @@ from cdcflow.standalone.export import export_launcher
 from cdcflow.standalone.framing import encode_acks, frame_batches
 from cdcflow.standalone.host import StandaloneDestination
 
-from standalone_helpers import write_plugin
+from helpers.standalone import write_plugin
 
 N = host_module.FIRST_MESSAGE_RECORDS + 2 * host_module.PIPELINE_RECORDS + 11  # four request messages
 

@@ -19,11 +19,7 @@ from helpers.storage import read_all
 from test_engine import pipeline_file, run
 from test_roundtrip import FORMATS, _comparable
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-from helpers.kafka import create_topic  # noqa: E402
+from helpers.kafka import create_topic
 
 
 def _generator_events(n: int):

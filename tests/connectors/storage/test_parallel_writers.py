@@ -32,8 +32,7 @@ from helpers.storage import read_all
 from test_engine import pipeline_file
 from test_roundtrip import FORMATS, _comparable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kafka"))
-from helpers.kafka import create_topic  # noqa: E402
+from helpers.kafka import create_topic
 
 REPO = Path(__file__).resolve().parents[3]
 

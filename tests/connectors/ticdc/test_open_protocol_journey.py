@@ -18,9 +18,8 @@ from cdcflow.convert.jsonform import loads_lines
 from cdcflow.schemas import SchemaStore
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "tests" / "connectors" / "kafka"))
 
-from helpers.kafka import create_topic  # noqa: E402
+from helpers.kafka import create_topic
 
 L = struct.Struct(">Q").pack
 

@@ -7,7 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+#: the standalone tests' folder: the plugins they serve and the peer SDK's client script
+HERE = Path(__file__).resolve().parents[1] / "standalone"
+PLUGINS = HERE / "plugins_for_tests.py"
 
 
 def write_plugin(directory: Path, name: str, body: str) -> Path:
@@ -19,12 +21,15 @@ def write_plugin(directory: Path, name: str, body: str) -> Path:
 
 
 def served(directory: Path, name: str, target: str, extra: str = "") -> Path:
-    """A script serving ``plugins_for_tests.<target>`` with cdcflow's server."""
+    """A script serving ``plugins_for_tests.<target>`` with cdcflow's server (the module is
+    loaded from its file, as a plugin program ships its own code)."""
     return write_plugin(directory, name, f"""
+        import importlib.util
         import sys
-        sys.path.insert(0, {str(HERE)!r})
         {extra}
-        from plugins_for_tests import {target}
+        spec = importlib.util.spec_from_file_location("plugins_for_tests", {str(PLUGINS)!r})
+        plugins = sys.modules["plugins_for_tests"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(plugins)
         from cdcflow.standalone.server import serve
-        sys.exit(serve({target}))
+        sys.exit(serve(plugins.{target}))
     """)

@@ -1,4 +1,4 @@
-"""What each format of the matrix carries, and the expected stream of a (source, destination) cell.
+"""The journey matrix's formats, what each carries, and the expected stream of a (source, destination) cell.
 
 ``FACTS`` is the matrix's side of docs/codec-cross-format.md's table "What each format carries":
 ``test_doc_table_agrees_with_the_matrix`` reads the doc's cells and maps them onto these facts, and
@@ -8,9 +8,22 @@ the model and what the pipelines do must all agree.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from cdcflow.connectors.generator import all_types_columns
+
+FORMATS = ("kafka-avro", "kafka-canal-json", "kafka-open-protocol", "storage-csv", "storage-canal-json", "file")
+#: the table the input's DDL changes (a table version starts there)
+DDL_TABLE = "shop.orders"
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The OpenCDC JSON lines of a ``file`` destination's output (none when it wrote nothing)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 @dataclass(frozen=True)
