@@ -1,4 +1,4 @@
-"""Consumer-side consistency for TiCDC streams (seed 003, reference §7).
+"""Consumer-side consistency for TiCDC streams (the consumer rules of TiCDC's MQ protocol design).
 
 ``Dedup`` drops rows TiCDC sends again after it restarts (delivery is
 at-least-once): per table the highest applied commit ts and the handle keys

@@ -1,4 +1,4 @@
-"""Topic and partition dispatch, as TiCDC does it (reference §6).
+"""Topic and partition dispatch, as TiCDC's partition dispatchers do it.
 
 Consumers written for TiCDC rely on where rows land (all changes of one table,
 or of one key, in one partition, in order), so the rules are TiCDC's to the bit:

@@ -1,7 +1,7 @@
 """TiCDC's Avro protocol (Confluent framing), both directions, as pure functions.
 
-Schemas are built exactly as TiCDC builds them (see docs/codec-avro.md and the
-reference §1): record name = sanitized table, namespace ``default.<schema>``,
+Schemas are built exactly as TiCDC builds them (see docs/codec-avro.md):
+record name = sanitized table, namespace ``default.<schema>``,
 column blocks with ``connect.parameters``, nullable unions in both orders,
 decimal logical type, ``_tidb_*`` extension fields. Messages are ``0x00`` +
 4-byte big-endian schema id + Avro body; a DELETE is key + tombstone (None).

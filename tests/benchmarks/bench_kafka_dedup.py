@@ -5,7 +5,7 @@ their own commit ts and for one transaction whose rows all share a commit ts.
     taskset -c 0 .venv/bin/python tests/benchmarks/bench_kafka_dedup.py [ROWS]
 
 Before session 6 a transaction's positions carried all its handles: 20 000 rows took 32 s and
-2 GB of positions (quadratic); see docs/benchmarks.md.
+2 GB of positions (quadratic).
 """
 
 import decimal

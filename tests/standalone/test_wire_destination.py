@@ -45,7 +45,7 @@ def structured(i: int) -> Record:
 def same_lines(got: bytes, expected: bytes) -> bool:
     """The same records line by line. Metadata key order aside: the plugin gets its metadata maps
     through protobuf, whose reader does not keep the sender's order (bytes compared where a
-    record's metadata has one key, and in tests/core/test_jsonform_wire.py)."""
+    record's metadata has one key, and in tests/convert/test_jsonform_wire.py)."""
     a, b = got.splitlines(), expected.splitlines()
     return len(a) == len(b) and all(x == y or json.loads(x) == json.loads(y) for x, y in zip(a, b))
 

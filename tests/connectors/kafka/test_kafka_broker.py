@@ -355,7 +355,7 @@ def test_topic_settings_as_ticdc_applies_them(kafka_broker, unique_name):
 def test_a_position_from_another_incarnation_of_the_topic_is_refused(kafka_broker, unique_name, consistency):
     """Positions carry the topic's id; one naming another id (the topic was recreated since) is a
     typed error naming the topic, never a silent resume at offsets that now mean other messages.
-    (tests/kafka/test_broker_faults.py recreates a topic for real on a replaced broker, row mode.)"""
+    (tests/connectors/kafka/test_broker_faults.py recreates a topic for real on a replaced broker, row mode.)"""
     topic = unique_name
     create_topic(kafka_broker, topic, 2)
     uri = f"kafka://{kafka_broker}/{topic}?protocol=open-protocol"

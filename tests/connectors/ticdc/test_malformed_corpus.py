@@ -64,7 +64,7 @@ CORPUS = [
     ("column not object", key(ROW_KEY), value(b'{"u":{"c":1}}'), MalformedMessage, "value byte 8", "not an object"),
     ("type code not int", key(ROW_KEY), value(b'{"u":{"c":{"t":"3","f":0,"v":1}}}'), MalformedMessage,
      "value byte 8", "must be integers"),
-    # TiCDC's column type is one byte: other codes pass its decoder (tests/ticdc/test_open_protocol.py)
+    # TiCDC's column type is one byte: other codes pass its decoder (tests/connectors/ticdc/test_open_protocol.py)
     ("type code beyond a byte", key(ROW_KEY), value(col(256, 1)), op.UnknownTypeCode, "value byte 8, column c",
      "MySQL type code 256 is not a byte"),
     ("negative type code", key(ROW_KEY), value(col(-1, "[1]")), op.UnknownTypeCode, "column c", "-1"),
