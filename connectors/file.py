@@ -155,8 +155,8 @@ def _drop_written(fd: int, start: int, end: int) -> None:
     """Tell the kernel the synced pages of ``[start, end)`` will not be read again soon.
 
     A destination streams gigabytes it never reads back: kept in the page cache, each batch
-    claims fresh memory (measured here: copying into never-used pages cost 4-6x the copy
-    into recycled ones, ≈ 1 µs per 660-byte line) and pushes out what other processes cache.
+    claims fresh memory (copying into never-used pages costs several times the copy into
+    recycled ones) and pushes out what other processes cache.
     Dropped once clean, the pages go back to the allocator and the next batch reuses them.
     The last page stays: the next append reads the file's tail (``_cut_torn_tail``).
     """

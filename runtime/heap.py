@@ -3,8 +3,8 @@
 Why: a worker handles batch after batch of records of about the same size. With
 glibc's defaults, freeing a batch returns the top of the heap to the system
 (trimming) and large buffers come and go as their own mappings, so the next
-batch faults the same pages back in; on the VMs measured here that kernel time
-was ≈ 2 µs per 4 KiB page, as much as the record work itself. Keeping freed memory
+batch faults the same pages back in, kernel time that can match the record work
+itself. Keeping freed memory
 for reuse bounds a worker's footprint by its largest batch, which it needs anyway.
 
 Called once per process by the Spark task runner and the standalone plugin server.

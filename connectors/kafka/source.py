@@ -307,7 +307,7 @@ class KafkaSource(Source):
                 if m.error() is not None:
                     msgs = self._without_errors(msgs)
                     break
-            # values first, in one C-level pass (a per-message loop costs ~3% of reading); keys are
+            # values first, in one C-level pass (cheaper than a per-message loop); keys are
             # counted only when a value comes near the limit: a TiDB handle key is at most 12 KiB
             if msgs and max(map(len, msgs)) > self._max_bytes - _KEY_ROOM:
                 for m in msgs:

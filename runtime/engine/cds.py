@@ -1,8 +1,7 @@
 """A class-data-sharing (AppCDS) archive for the driver JVM: a faster Spark start-up.
 
 Starting Spark loads some 10 000 classes; the JVM can map them from an archive
-instead of parsing and verifying them again (measured here: ≈ 1.3 CPU-seconds less
-per start on Java 17). Java 17 cannot create the archive on the fly while using it,
+instead of parsing and verifying them again at every start. Java 17 cannot create the archive on the fly while using it,
 so the first run on a machine *writes* one (``-XX:ArchiveClassesAtExit``) and later
 runs *use* it (``-XX:SharedArchiveFile``).
 

@@ -4,9 +4,8 @@ Spark starts one daemon per executor (``python -m <spark.python.daemon.module>``
 first Python task and forks every Python worker from it. With PySpark's own daemon each
 worker then imports PySpark's worker module, cdcflow's engine and every plugin module of
 the registry itself, and the daemon imports PySpark from Spark's ``pyspark.zip``, which
-holds no bytecode: measured on this project's machine, the daemon spent ≈ 0.6 CPU-s
-compiling PySpark and each worker ≈ 0.3 CPU-s importing, all before the first record, on
-every run. This module (``spark.python.daemon.module = cdcflow.engine.daemon``, set by
+holds no bytecode: the daemon compiled PySpark and each worker imported everything again,
+all before the first record, on every run. This module (``spark.python.daemon.module = cdcflow.engine.daemon``, set by
 ``session.base_conf``):
 
 1. drops Spark's bundled zips from ``sys.path`` when the very same PySpark is installed as

@@ -47,8 +47,8 @@ logger.repl.level = error
 
 
 #: The driver JVM only schedules tasks and carries counts (records stay in the Python
-#: workers), so it is tuned for start-up: C1-only JIT (the C2 compiler threads cost
-#: ~2 CPU-seconds of a run's start on 2 cores) and the serial collector (no GC threads).
+#: workers), so it is tuned for start-up: C1-only JIT (the C2 compiler threads compete with
+#: the start-up for the cores) and the serial collector (no GC threads).
 DRIVER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

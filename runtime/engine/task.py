@@ -190,7 +190,7 @@ def _registry(ctx: RunContext):
 def _freeze_heap() -> None:
     """Move what the worker has loaded so far (modules, plugins, generated codecs' parents) out of
     the collector's reach: batches keep ~10k records alive, and each full collection would walk
-    that long-lived heap again (measured on the kafka source: ≈ 2.2 → 0.4 µs/record of GC).
+    that long-lived heap again.
     Freed memory stays in the worker for the next batch (``cdcflow.heap``)."""
     gc.collect()
     gc.freeze()
@@ -554,7 +554,7 @@ def _checkpoint_executor():
 class _Checkpoints:
     """Saves a partition's state while the task reads its next batch, then acknowledges.
 
-    A checkpoint is a durable file replace (two fsyncs: 7–20 ms here) that would leave
+    A checkpoint is a durable file replace (two fsyncs) that would leave
     the core idle once per batch. Batch N's state is saved on a helper thread while
     batch N+1 is read and goes through the processors; before any destination writes
     N+1, N's save is awaited and N is acknowledged. The contract is kept: a position
@@ -624,7 +624,7 @@ def _work(
         Runs with the automatic collector paused. A batch is ~10k records of a few container
         objects each, all freed when this returns; with the collector running, every
         young-generation pass over them (and the promotions to older generations) costs
-        ≈ 0.5 µs per record and finds nothing, as records hold no cycles. Objects a batch frees
+        time per record and finds nothing, as records hold no cycles. Objects a batch frees
         also leave the collector's allocation count, so resuming it afterwards does not start
         a collection; cyclic garbage a plugin leaves behind still counts and is collected later.
         """

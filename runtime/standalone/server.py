@@ -752,7 +752,7 @@ def serve(target: Any, *, env: Mapping[str, str] | None = None, stdout: TextIO |
 
     # A plugin turns batches of thousands of records into objects and drops them a moment later:
     # with the default first-generation threshold (700 allocations) the collector walks each
-    # batch's young records many times over (≈ 0.1 µs per record of a plugin's CPU).
+    # batch's young records many times over.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     connector_id = env.get(hs.ENV_CONNECTOR_ID, "")
     life = _Lifecycle()
