@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import pluggy
 
-from . import hookspecs
+from . import extras, hookspecs
 from .errors import ConfigError, DuplicatePluginError, PluginLoadError, PluginNotFoundError
 from .params import REDACTOR, Parameter, secret_values, validate as validate_params
 from .sdk import ConnectorPlugin, Destination, Source, Transform
@@ -296,15 +296,15 @@ class Registry:
         if same_name:
             have = ", ".join(p.ref for p in sorted(same_name, key=lambda p: (p.type, version_key(p.version))))
             return f"{msg}; available versions: {have}"
+        failed = [e for e in self.errors if want.name in e.origin]
+        if failed:  # most likely the reason (a missing extra, a broken install): say it first
+            return f"{msg}: it may be the plugin that failed to load: " + "; ".join(str(e) for e in failed)
         names = sorted({p.name for p in self._plugins.values() if p.kind == kind})
         close = difflib.get_close_matches(want.name, names, n=3, cutoff=0.6)
         if close:
             msg += f"; did you mean {', '.join(close)}?"
         elif names:
             msg += f" (known {kind}s: {', '.join(names)})"
-        failed = [e for e in self.errors if want.name in e.origin]
-        if failed:
-            msg += "; plugins that failed to load: " + "; ".join(str(e) for e in failed)
         return msg
 
 
@@ -342,7 +342,9 @@ def _transform_info(cls: object, origin: str) -> PluginInfo:
 
 def _describe_exc(e: BaseException) -> str:
     text = str(e)
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+    described = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    hint = extras.missing(e) if isinstance(e, ModuleNotFoundError) else None
+    return f"{described} (install it: {hint})" if hint else described
 
 
 def _dist_label(dist: Any) -> str:
