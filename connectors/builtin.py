@@ -1,9 +1,10 @@
-"""Registers cdcflow's built-in connectors (``generator``, ``file``, ``log``).
+"""Registers cdcflow's built-in connectors (``generator``, ``file``, ``log``, ``storage``).
 
 Built-ins register through the same ``cdcflow`` entry-point group and hooks as any
 third-party plugin (pyproject: ``builtin-connectors = "cdcflow.connectors.builtin"``).
 Each connector module exports its classes and parameter specs; the specifications
-(names, versions, texts) live here, in one place.
+(names, versions, texts) live here. ``kafka`` needs the ``kafka`` extra, so it is an
+entry point of its own (``builtin_kafka``): without the extra only it fails to load.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from cdcflow.hookspecs import hookimpl
 from cdcflow.sdk import ConnectorPlugin
 
-from . import file, generator, kafka, log
+from . import file, generator, log
 from .storage import destination as storage_destination, settings as storage_settings, source as storage_source
 
 #: version of every connector shipped with cdcflow (follows the package version)
@@ -62,26 +63,6 @@ LOG = ConnectorPlugin(
 )
 
 
-KAFKA = ConnectorPlugin(
-    name="kafka",
-    version=BUILTIN_VERSION,
-    author=AUTHOR,
-    summary="Reads and writes TiCDC's Kafka protocols (avro, canal-json, open-protocol) and opencdc-json.",
-    description=(
-        "Settings take a TiCDC sink URI (kafka://host:port/topic?protocol=avro&...) and the same options "
-        "as discrete settings, which win. The source commits offsets only after downstream acknowledgement, "
-        "drops TiCDC replays and, with consistency=transaction, releases rows up to the global resolved ts "
-        "in commit-ts order with DDL as a barrier. The destination dispatches topics and partitions as "
-        "TiCDC does, registers Avro schemas under <topic>-key/-value and acknowledges a record only on "
-        "its delivery report. See docs/connector-kafka.md."
-    ),
-    source=kafka.KafkaSource,
-    destination=kafka.KafkaDestination,
-    source_params=kafka.SOURCE_PARAMS,
-    destination_params=kafka.DESTINATION_PARAMS,
-)
-
-
 STORAGE = ConnectorPlugin(
     name="storage",
     version=BUILTIN_VERSION,
@@ -102,4 +83,4 @@ STORAGE = ConnectorPlugin(
 
 @hookimpl
 def cdcflow_connectors() -> list[ConnectorPlugin]:
-    return [GENERATOR, FILE, LOG, KAFKA, STORAGE]
+    return [GENERATOR, FILE, LOG, STORAGE]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .params import MASK, Parameter
-from .registry import LoadFailure, PluginInfo, Registry, load_registry
+from .registry import LoadFailure, PluginInfo, PythonPlugin, Registry, load_registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,9 +95,15 @@ def failure_json(f: LoadFailure) -> dict[str, Any]:
     return {"type": f.type, "origin": f.origin, "reason": f.reason}
 
 
+def python_plugin_json(p: PythonPlugin) -> dict[str, Any]:
+    return {"name": p.name, "origin": p.origin, "distribution": p.distribution}
+
+
 def list_json(reg: Registry) -> dict[str, Any]:
     return {"plugins": [plugin_summary_json(p) for p in reg.plugins()],
-            "errors": [failure_json(f) for f in reg.errors]}
+            "errors": [failure_json(f) for f in reg.errors],
+            "python_plugins": [python_plugin_json(p) for p in reg.python_plugins],
+            "blocked": list(reg.blocked)}
 
 
 def describe_json(info: PluginInfo) -> dict[str, Any]:
@@ -130,6 +136,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5])
+    if reg.blocked:
+        print(f"\nblocked ($CDCFLOW_BLOCK_PLUGINS): {', '.join(reg.blocked)}")
     if reg.errors:
         print(f"\n{len(reg.errors)} plugin(s) failed to load:")
         for f in reg.errors:

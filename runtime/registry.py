@@ -2,10 +2,11 @@
 
 Two kinds of origin feed it:
 
-* ``builtin`` — Python plugins built into the cdcflow process. Each entry point of
-  the ``cdcflow`` group (the built-ins included) is loaded and registered with a
-  pluggy ``PluginManager``; its ``cdcflow_connectors`` / ``cdcflow_transforms``
-  hooks say what it provides.
+* ``builtin`` — Python plugins in the cdcflow process. A pluggy ``PluginManager``
+  loads every entry point of the ``cdcflow`` group (``load_setuptools_entrypoints``;
+  cdcflow's own connectors and transforms are two such entry points), and the
+  ``pm.hook.cdcflow_connectors()`` / ``pm.hook.cdcflow_transforms()`` calls say
+  what they provide.
 * ``standalone`` — executables in a plugins directory, asked once for their
   specification over the Conduit protocol (``cdcflow.standalone.host.specify``).
 
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import pluggy
 
-from . import hookspecs
+from . import extras, hookspecs
 from .errors import ConfigError, DuplicatePluginError, PluginLoadError, PluginNotFoundError
 from .params import REDACTOR, Parameter, secret_values, validate as validate_params
 from .sdk import ConnectorPlugin, Destination, Source, Transform
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "cdcflow"
 PLUGINS_DIR_ENV = "CDCFLOW_PLUGINS_DIR"
+BLOCK_PLUGINS_ENV = "CDCFLOW_BLOCK_PLUGINS"
 BUILTIN = "builtin"
 STANDALONE = "standalone"
 ANY = "any"
@@ -208,6 +210,15 @@ class PluginRef:
         return cls(ptype, name, None if version in ("", "latest") else version)
 
 
+@dataclass(frozen=True)
+class PythonPlugin:
+    """One module registered with the pluggy ``PluginManager`` (an entry point or an extra)."""
+
+    name: str  # pluggy's plugin name: the entry point's name
+    origin: str  # the entry point's value (module)
+    distribution: str  # "name version", empty for extra plugins
+
+
 # -- the registry --------------------------------------------------------------------
 class Registry:
     """What one load found. Cheap to query; build it with ``load_registry``."""
@@ -216,6 +227,8 @@ class Registry:
         self._plugins: dict[tuple[str, str, str, str], PluginInfo] = {}
         self._duplicates: dict[tuple[str, str, str, str], list[str]] = {}
         self.errors: list[LoadFailure] = []
+        self.python_plugins: list[PythonPlugin] = []  # what pluggy registered
+        self.blocked: list[str] = []  # entry point names blocked in pluggy
 
     # -- building -------------------------------------------------------------
     def add(self, info: PluginInfo) -> None:
@@ -283,15 +296,15 @@ class Registry:
         if same_name:
             have = ", ".join(p.ref for p in sorted(same_name, key=lambda p: (p.type, version_key(p.version))))
             return f"{msg}; available versions: {have}"
+        failed = [e for e in self.errors if want.name in e.origin]
+        if failed:  # most likely the reason (a missing extra, a broken install): say it first
+            return f"{msg}: it may be the plugin that failed to load: " + "; ".join(str(e) for e in failed)
         names = sorted({p.name for p in self._plugins.values() if p.kind == kind})
         close = difflib.get_close_matches(want.name, names, n=3, cutoff=0.6)
         if close:
             msg += f"; did you mean {', '.join(close)}?"
         elif names:
             msg += f" (known {kind}s: {', '.join(names)})"
-        failed = [e for e in self.errors if want.name in e.origin]
-        if failed:
-            msg += "; plugins that failed to load: " + "; ".join(str(e) for e in failed)
         return msg
 
 
@@ -329,56 +342,152 @@ def _transform_info(cls: object, origin: str) -> PluginInfo:
 
 def _describe_exc(e: BaseException) -> str:
     text = str(e)
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+    described = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    hint = extras.missing(e) if isinstance(e, ModuleNotFoundError) else None
+    return f"{described} (install it: {hint})" if hint else described
 
 
-def _load_python_plugins(reg: Registry, extra_plugins: Iterable[tuple[str, object]]) -> None:
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    origins: dict[str, str] = {}  # pluggy plugin name -> origin shown to users
+def _dist_label(dist: Any) -> str:
+    """``name version`` of an installed distribution (or pluggy's ``DistFacade``)."""
+    meta = dist.metadata
+    return f"{meta['Name']} {meta['Version']}"
 
-    def register(obj: object, name: str, origin: str) -> None:
+
+def _group_entry_points() -> list[tuple[importlib.metadata.EntryPoint, Any]]:
+    """The group's entry points with their distributions, in the order pluggy's
+    ``load_setuptools_entrypoints`` visits them. Used only to explain what pluggy
+    did: which entry point failed, which one a same-named one hid."""
+    return [(ep, dist) for dist in importlib.metadata.distributions()
+            for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+
+
+def _load_entry_points(pm: pluggy.PluginManager, reg: Registry, origins: dict[str, str]) -> None:
+    """``pm.load_setuptools_entrypoints`` as pytest uses it, made to survive a
+    broken plugin: pluggy stops at the first entry point that fails to import or
+    register, so that one is recorded, blocked and the load resumed (pluggy skips
+    what is already registered or blocked)."""
+    while True:
         try:
-            if pm.is_registered(obj):
-                log.debug("plugin %s already registered; entry point %s ignored", obj, origin)
-                return
-            pm.register(obj, name=name)
-            origins[name] = origin
-        except Exception as e:  # noqa: BLE001 - pluggy validation errors vary; record them
-            reg.errors.append(LoadFailure(BUILTIN, origin, _describe_exc(e)))
-
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
-        origin = ep.value
-        try:
-            obj = ep.load()
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            break
         except BaseException as e:  # noqa: BLE001 - an import may raise anything, even SystemExit
             if isinstance(e, KeyboardInterrupt):
                 raise
-            reg.errors.append(LoadFailure(BUILTIN, origin, f"failed to import: {_describe_exc(e)}"))
+            pending = next(((ep, dist) for ep, dist in _group_entry_points()
+                            if pm.get_plugin(ep.name) is None and not pm.is_blocked(ep.name)), None)
+            if pending is None:  # not an entry point's fault
+                raise
+            ep, dist = pending
+            pm.set_blocked(ep.name)
+            reg.errors.append(LoadFailure(BUILTIN, ep.value, f"entry point {ep.name!r} of {_dist_label(dist)} "
+                                          f"failed to load: {_describe_exc(e)}"))
+    loaded = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    for ep, dist in _group_entry_points():
+        first = loaded.get(ep.name)
+        if first is None:
             continue
-        register(obj, f"{ep.name}={ep.value}", origin)
-    for origin, obj in extra_plugins:
-        register(obj, f"extra={origin}", origin)
+        if first.project_name == dist.metadata["Name"]:  # the same distribution (seen twice on sys.path)
+            origins.setdefault(ep.name, ep.value)
+        else:  # pluggy loads one entry point per name; another distribution's is not loaded
+            reg.errors.append(LoadFailure(BUILTIN, ep.value, str(DuplicatePluginError(
+                f"entry point {ep.name!r} of {_dist_label(dist)} is not loaded: {_dist_label(first)} "
+                f"registered a plugin under that name first"))))
 
-    _call_hook(pm, reg, "cdcflow_connectors", origins, _connector_info)
-    _call_hook(pm, reg, "cdcflow_transforms", origins, _transform_info)
+
+def _failed_impl(e: BaseException, impls: list[pluggy.HookImpl]) -> pluggy.HookImpl | None:
+    """The implementation a hook call's exception came from: its frame is in the traceback."""
+    codes = {getattr(impl.function, "__code__", None): impl for impl in impls}
+    tb = e.__traceback__
+    while tb is not None:
+        impl = codes.get(tb.tb_frame.f_code)
+        if impl is not None:
+            return impl
+        tb = tb.tb_next
+    return None
 
 
 def _call_hook(pm: pluggy.PluginManager, reg: Registry, hook: str, origins: dict[str, str],
                convert: Callable[[object, str], PluginInfo]) -> None:
-    """Call each plugin's implementation on its own so a failure names its plugin."""
-    for impl in getattr(pm.hook, hook).get_hookimpls():
-        origin = origins.get(impl.plugin_name, impl.plugin_name)
+    """Call ``pm.hook.<hook>()`` and add what each plugin returned.
+
+    A plugin whose implementation raises (or returns None instead of a list) is
+    recorded and left out through ``pm.subset_hook_caller``, and the call is made
+    again, so one broken plugin never hides the others. pluggy returns results in
+    the reverse order of ``get_hookimpls()``, which names each one's plugin.
+    """
+    failed: list[object] = []
+    while True:
+        caller = pm.subset_hook_caller(hook, failed) if failed else getattr(pm.hook, hook)
+        impls = [i for i in reversed(caller.get_hookimpls()) if not (i.wrapper or i.hookwrapper)]
         try:
-            provided = impl.function()
-        except Exception as e:  # noqa: BLE001
-            reg.errors.append(LoadFailure(BUILTIN, origin, f"{hook}() failed: {_describe_exc(e)}"))
+            results = caller()
+        except Exception as e:  # noqa: BLE001 - a plugin's hook may raise anything
+            impl = _failed_impl(e, impls)
+            if impl is None:
+                raise
+            failed.append(impl.plugin)
+            reg.errors.append(LoadFailure(BUILTIN, origins.get(impl.plugin_name, impl.plugin_name),
+                                          f"{hook}() failed: {_describe_exc(e)}"))
             continue
-        for item in provided or ():
+        if len(results) == len(impls):
+            break
+        # pluggy drops None results, so they no longer line up: find who returned None
+        for impl in impls:
+            others = [i.plugin for i in impls if i is not impl] + failed
+            if pm.subset_hook_caller(hook, others)() == []:
+                failed.append(impl.plugin)
+                reg.errors.append(LoadFailure(BUILTIN, origins.get(impl.plugin_name, impl.plugin_name),
+                                              f"{hook}() returned None, not a list"))
+    for impl, provided in zip(impls, results):
+        origin = origins.get(impl.plugin_name, impl.plugin_name)
+        for item in provided:
             try:
                 reg.add(convert(item, origin))
             except Exception as e:  # noqa: BLE001
                 reg.errors.append(LoadFailure(BUILTIN, origin, _describe_exc(e)))
+
+
+def plugin_manager(extra_plugins: Iterable[tuple[str, object]] = (), blocked: Iterable[str] = (),
+                   origins: dict[str, str] | None = None, reg: Registry | None = None) -> pluggy.PluginManager:
+    """cdcflow's pluggy ``PluginManager``: the hookspecs, every entry point of the
+    ``cdcflow`` group (built-ins included: cdcflow's own pyproject declares them)
+    except ``blocked`` names, then ``extra_plugins``."""
+    reg = reg if reg is not None else Registry()
+    origins = origins if origins is not None else {}
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for name in blocked:
+        pm.set_blocked(name)
+    _load_entry_points(pm, reg, origins)
+    for origin, obj in extra_plugins:
+        try:
+            pm.register(obj, name=f"extra={origin}")
+            origins[f"extra={origin}"] = origin
+        except Exception as e:  # noqa: BLE001 - pluggy validation errors vary; record them
+            reg.errors.append(LoadFailure(BUILTIN, origin, _describe_exc(e)))
+    return pm
+
+
+def blocked_from_env(blocked: Iterable[str] | None) -> list[str]:
+    """The explicit names, else ``$CDCFLOW_BLOCK_PLUGINS`` (comma-separated entry point names)."""
+    if blocked is not None:
+        return list(blocked)
+    return [n.strip() for n in os.environ.get(BLOCK_PLUGINS_ENV, "").split(",") if n.strip()]
+
+
+def _load_python_plugins(reg: Registry, extra_plugins: Iterable[tuple[str, object]], blocked: list[str]) -> None:
+    origins: dict[str, str] = {}  # pluggy plugin name -> origin shown to users
+    pm = plugin_manager(extra_plugins, blocked, origins, reg)
+    reg.python_plugins = [
+        PythonPlugin(name, origins.get(name, name), _dist_label(dist) if dist is not None else "")
+        for name, dist in ((n, _distinfo(pm, p)) for n, p in pm.list_name_plugin() if p is not None)]
+    reg.blocked = sorted(n for n, p in pm.list_name_plugin() if p is None)
+    _call_hook(pm, reg, "cdcflow_connectors", origins, _connector_info)
+    _call_hook(pm, reg, "cdcflow_transforms", origins, _transform_info)
+
+
+def _distinfo(pm: pluggy.PluginManager, plugin: object) -> Any:
+    return next((d for p, d in pm.list_plugin_distinfo() if p is plugin), None)
 
 
 # -- standalone plugins ----------------------------------------------------------------
@@ -470,6 +579,7 @@ def load_registry(
     extra_plugins: Iterable[tuple[str, object]] = (),
     specify_timeout: float = 10.0,
     standalone: bool = True,
+    blocked: Iterable[str] | None = None,
 ) -> Registry:
     """Find every plugin: entry points of group ``cdcflow`` and executables in
     ``plugins_dir`` (default ``$CDCFLOW_PLUGINS_DIR``; none when unset).
@@ -479,9 +589,11 @@ def load_registry(
     are cached per path, mtime and size for the life of the process.
     ``standalone=False`` loads the in-process plugins only (a process serving one
     plugin standalone must not start the executables of the plugins directory).
+    ``blocked`` entry point names (default ``$CDCFLOW_BLOCK_PLUGINS``) are not
+    loaded, as with pytest's ``-p no:NAME``.
     """
     reg = Registry()
-    _load_python_plugins(reg, extra_plugins)
+    _load_python_plugins(reg, extra_plugins, blocked_from_env(blocked))
     directory = plugins_dir_from_env(plugins_dir) if standalone else None
     if directory is not None:
         _load_standalone_plugins(reg, directory, specify_timeout)

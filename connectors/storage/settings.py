@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from cdcflow.connectors.ticdc.canal_json import CanalJsonOptions
 from cdcflow.connectors.ticdc.csv import CsvOptions
 from cdcflow.errors import ConfigError
+from cdcflow.extras import install_hint
 from cdcflow.params import Parameter, ParamType, did_you_mean, parse_bool, parse_duration
 
 from .layout import DATE_SEPARATORS, EXTENSIONS
@@ -138,7 +139,7 @@ def open_filesystem(protocol: str, options: Mapping[str, Any], retries: int | No
         fs = fsspec.filesystem(protocol, **dict(options))
     except ImportError as e:
         raise ConfigError(PLUGIN, "uri", "scheme", f"the {protocol} file system needs the {package} package "
-                          f"(pip install 'cdcflow[{'gcs' if protocol == 'gcs' else 'azure'}]'): {e}") from None
+                          f"({install_hint(package)}): {e}") from None
     if retries is not None and protocol in ("s3", "gcs"):
         # s3fs and gcsfs retry in a loop of their own (s3fs: 5 times, around botocore's retries, which
         # made a stalled endpoint hang for minutes); S3 retries once, in botocore, gcsfs ``retries`` times

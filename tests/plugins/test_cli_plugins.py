@@ -10,7 +10,8 @@ import pytest
 
 from helpers.plugins import install_fake_dist, subprocess_env
 
-LIST_KEYS = {"plugins", "errors"}
+LIST_KEYS = {"plugins", "errors", "python_plugins", "blocked"}
+PYTHON_PLUGIN_KEYS = {"name", "origin", "distribution"}
 PLUGIN_KEYS = {"ref", "kind", "type", "name", "version", "sides", "summary", "origin"}
 ERROR_KEYS = {"type", "origin", "reason"}
 DESCRIBE_KEYS = PLUGIN_KEYS | {"description", "author", "parameters"}
@@ -66,6 +67,12 @@ def test_list_json_shape_and_load_errors(site):
     assert [set(e) for e in out["errors"]] == [ERROR_KEYS] * len(out["errors"])
     broken = [e for e in out["errors"] if e["origin"] == "cdcflow_t_cli_broken"]
     assert broken and "nothing_here_at_all" in broken[0]["reason"]
+    # what pluggy registered, by entry point name, with the distribution that declared it
+    pyplugins = {p["name"]: p for p in out["python_plugins"]}
+    assert all(set(p) == PYTHON_PLUGIN_KEYS for p in out["python_plugins"])
+    assert pyplugins["vault"] == {"name": "vault", "origin": "cdcflow_t_cli", "distribution": "cdcflow-t-cli 0.1.0"}
+    assert pyplugins["builtin-connectors"]["distribution"].startswith("cdcflow ")
+    assert "broken" not in pyplugins and out["blocked"] == ["broken"]
 
 
 def test_list_text_shows_plugins_and_errors(site):

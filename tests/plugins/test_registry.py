@@ -227,3 +227,72 @@ def test_missing_plugins_dir_is_a_load_error_not_a_crash(tmp_path, clean_env):
     reg = load_registry(tmp_path / "nope")
     assert any(e.type == "standalone" and "does not exist" in e.reason for e in reg.errors)
     assert reg.connector("generator")
+
+
+def test_load_failures_name_the_entry_point_and_its_distribution(registry):
+    by_origin = {e.origin: e.reason for e in registry.errors}
+    assert "entry point 'broken' of cdcflow-test-plugins 0.1.0 failed to load" in by_origin["cdcflow_t_broken"]
+    assert "entry point 'missing' of cdcflow-test-plugins 0.1.0" in by_origin["cdcflow_t_not_there"]
+    # pluggy blocks what failed to load, and lists what it registered with its distribution
+    assert {"broken", "missing"} <= set(registry.blocked)
+    by_name = {p.name: p for p in registry.python_plugins}
+    assert by_name["versions"].distribution == "cdcflow-test-plugins 0.1.0"
+    assert by_name["builtin-connectors"].origin == "cdcflow.connectors.builtin"
+    assert by_name["builtin-connectors"].distribution.startswith("cdcflow ")
+
+
+def test_an_entry_point_name_taken_by_another_distribution_is_an_error_naming_both(tmp_path, clean_env):
+    for dist, module in (("cdcflow-second", "cdcflow_t_second"), ("cdcflow-first", "cdcflow_t_first")):
+        root = install_fake_dist(tmp_path / dist, dist, {module: PLUGIN_MODULES["cdcflow_t_dup"]}, {"same": module})
+        clean_env.syspath_prepend(str(root))  # the last prepended is first on sys.path
+    reg = load_registry()
+    assert reg.connector("dup").origin == "cdcflow_t_first"  # the first on sys.path wins, as in pluggy
+    clash = [e for e in reg.errors if e.origin == "cdcflow_t_second"]
+    assert len(clash) == 1
+    assert "'same' of cdcflow-second 0.1.0 is not loaded: cdcflow-first 0.1.0" in clash[0].reason
+
+
+def test_blocked_entry_points_are_not_loaded(tmp_path, clean_env):
+    root = install_fake_dist(tmp_path / "site", "cdcflow-test-plugins", PLUGIN_MODULES, ENTRY_POINTS)
+    clean_env.syspath_prepend(str(root))
+    clean_env.setenv("CDCFLOW_BLOCK_PLUGINS", "versions, broken")
+    reg = load_registry()
+    assert {"versions", "broken"} <= set(reg.blocked)
+    with pytest.raises(PluginNotFoundError):
+        reg.connector("multi")
+    assert not any(e.origin == "cdcflow_t_broken" for e in reg.errors)  # blocked before import
+    assert reg.connector("dup").origin == "cdcflow_t_dup"  # no longer provided twice
+    assert reg.connector("generator")  # everything else still loads
+    assert load_registry(blocked=()).connector("multi")  # an explicit list overrides the variable
+
+
+def test_hooks_are_called_through_pluggy_so_wrappers_see_every_call(clean_env):
+    """A plugin may wrap a hook (pluggy's ``wrapper=True``), as pytest plugins do: the
+    registry calls ``pm.hook.<name>()``, not each implementation on its own."""
+    from cdcflow.hookspecs import hookimpl
+
+    seen: list[int] = []
+
+    class Observer:
+        @hookimpl(wrapper=True)
+        def cdcflow_transforms(self):
+            result = yield
+            seen.append(sum(len(r) for r in result))
+            return result
+
+    reg = load_registry(extra_plugins=[("tests.observer", Observer())])
+    assert seen == [len(reg.transforms())] and seen[0] > 0
+    assert not [e for e in reg.errors if e.origin == "tests.observer"]
+
+
+def test_a_hook_returning_none_is_named_and_the_others_still_count(clean_env):
+    from cdcflow.hookspecs import hookimpl
+
+    class Nothing:
+        @hookimpl
+        def cdcflow_connectors(self):
+            return None
+
+    reg = load_registry(extra_plugins=[("tests.nothing", Nothing())])
+    assert [e.reason for e in reg.errors if e.origin == "tests.nothing"] == ["cdcflow_connectors() returned None, not a list"]
+    assert reg.connector("file").origin == "cdcflow.connectors.builtin"
