@@ -1,14 +1,21 @@
 """The one expression language for processor conditions and templates.
 
-Built on ``simpleeval``: pipeline text is parsed with ``ast`` and checked against
-simpleeval's safe subset of Python expressions (unknown names, unknown functions
-and unsupported syntax are rejected with a clear message and column). The checked
-tree is then translated once, node by node, into a small Python function (see
-``_Compiler``): every field read becomes a call of the same null-safe accessors the
-interpreter uses, every size-guarded operator the same guarded function (see "Limits" below), and
-every literal a bound value, so the generated code holds no text of the pipeline
-and evaluating a record costs a few calls instead of a tree walk. Syntax the
-translator does not know (f-strings, slices) keeps simpleeval's interpreter.
+Pipeline text is parsed with ``ast`` and checked against a safe subset of Python
+expressions (simpleeval's: unknown names, unknown functions and unsupported syntax
+are rejected with a clear message and column). The checked tree is then translated
+once, node by node, into a small Python function (``_Compiler``), the only way an
+expression is evaluated: every field read becomes a null-safe accessor, every
+size-guarded operator a guarded function (see "Limits" in docs/expressions.md), and
+every literal a bound value, so the generated code holds no text of the pipeline.
+
+Entry points (all a caller needs; another syntax, such as Go templates, would parse
+into the same checked tree and reuse ``_Compiler``):
+
+- ``Expression.compile(text)`` → ``.evaluate(record)``, ``.evaluate_many(records)``
+- ``Condition.compile(text)`` → ``.evaluate(record)`` (a bool), ``.evaluate_many(records)``
+  (bools, or the ``ExpressionError`` of each failing record)
+- ``Template.compile(text)`` → ``.render(record)`` (text), ``.evaluate(record)``
+
 The record is reachable as:
 
 - ``Position`` (bytes), ``Operation`` (``"create"``, ``"update"``, ``"delete"``,
@@ -345,62 +352,6 @@ _REJECTED = {
 }
 
 
-class _RecordNames:
-    """What names resolve to while one record is evaluated; swapped per record, no copies."""
-
-    __slots__ = ("record",)
-
-    def __init__(self) -> None:
-        self.record: Record | None = None
-
-    def __getitem__(self, name: str) -> Any:
-        r = self.record
-        if name == "Payload":
-            return {"Before": r.before, "After": r.after}  # type: ignore[union-attr]
-        if name == "Metadata":
-            return r.metadata  # type: ignore[union-attr]
-        if name == "Key":
-            return r.key  # type: ignore[union-attr]
-        if name == "Operation":
-            return r.operation.text  # type: ignore[union-attr]
-        if name == "Position":
-            return r.position  # type: ignore[union-attr]
-        return CONSTANTS[name]
-
-
-class _Evaluator(simpleeval.EvalWithCompoundTypes):
-    """simpleeval with record-friendly, side-effect-free field access."""
-
-    def __init__(self) -> None:
-        super().__init__(operators=dict(OPERATORS), functions=dict(FUNCTIONS), names=_RecordNames())
-        # comprehensions are rejected at compile time; keep the interpreter from knowing them at all
-        for node_type in (ast.ListComp, ast.GeneratorExp, ast.DictComp):
-            self.nodes.pop(node_type, None)
-
-    def _check_disallowed_items(self, item: Any) -> None:
-        # Values come only from record data (plain data types), literals and FUNCTIONS;
-        # attribute access below cannot reach modules or callables other than
-        # whitelisted string methods, so simpleeval's recursive scan of every
-        # intermediate result (costly for wide rows) has nothing to find.
-        return None
-
-    def _eval_attribute(self, node: ast.Attribute) -> Any:
-        obj = self._eval(node.value)
-        return _field(obj, node.attr, self.expr)
-
-    def _eval_subscript(self, node: ast.Subscript) -> Any:
-        container = self._eval(node.value)
-        key = self._eval(node.slice)
-        if container is None:
-            return None
-        if isinstance(container, dict):
-            return container.get(key)
-        try:
-            return container[key]
-        except (IndexError, KeyError, TypeError) as e:
-            raise ExpressionError(self.expr, f"cannot index {type(container).__name__} with {key!r}: {e}") from None
-
-
 def _field(obj: Any, name: str, text: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(name)
@@ -421,7 +372,14 @@ def _column(node: ast.AST) -> int | None:
     return None if offset is None else offset + 1
 
 
-def _check(text: str, tree: ast.Expression, known_nodes: set[type]) -> None:
+#: the syntax an expression may use: exactly what ``_Compiler`` translates
+_SUPPORTED = frozenset({
+    ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Call, ast.BinOp, ast.UnaryOp,
+    ast.BoolOp, ast.Compare, ast.IfExp, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.JoinedStr, ast.FormattedValue,
+})
+
+
+def _check(text: str, tree: ast.Expression) -> None:
     """Reject at compile time what would fail for every record."""
     nodes = list(ast.walk(tree))
     called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
@@ -442,8 +400,12 @@ def _check(text: str, tree: ast.Expression, known_nodes: set[type]) -> None:
             if isinstance(node, (ast.operator, ast.unaryop, ast.cmpop)) and t not in simpleeval.DEFAULT_OPERATORS:
                 raise ExpressionError(text, f"operator {t.__name__} is not supported")
             continue
-        if t not in known_nodes:
+        if t not in _SUPPORTED:
             raise ExpressionError(text, f"{t.__name__} is not supported", column=_column(node))
+        if t is ast.Constant and hasattr(node.value, "__len__") and len(node.value) > MAX_TEXT:  # type: ignore[attr-defined]
+            raise ExpressionError(text, f"a literal is limited to {MAX_TEXT:,} characters (MAX_TEXT)", column=_column(node))
+        if t is ast.Dict and None in node.keys:  # type: ignore[attr-defined]
+            raise ExpressionError(text, "** unpacking is not supported", column=_column(node))
         if t is ast.Name and id(node) not in called:
             if node.id not in RECORD_NAMES and node.id not in CONSTANTS and node.id not in FUNCTIONS:  # type: ignore[attr-defined]
                 raise ExpressionError(
@@ -474,6 +436,8 @@ def _check(text: str, tree: ast.Expression, known_nodes: set[type]) -> None:
                     )
             else:
                 raise ExpressionError(text, "only named functions can be called", column=_column(node))
+            if any(k.arg is None for k in node.keywords):  # type: ignore[attr-defined]
+                raise ExpressionError(text, "** unpacking is not supported", column=_column(node))
 
 
 # -- compilation into Python functions -------------------------------------------------
@@ -483,14 +447,11 @@ _GUARDED_OPERATORS = (ast.Add, ast.Mult, ast.Pow, ast.LShift, ast.RShift, ast.Mo
 #: functions whose result is always a bool, so a condition built from them needs no bool check
 _BOOL_FUNCTIONS = frozenset({"contains", "hasPrefix", "hasSuffix", "matches", "empty", "isNull", "bool"})
 _PAYLOAD_PARTS = {"Before": "before", "After": "after"}
-
-
-class _NotCompilable(Exception):
-    """Syntax the translator leaves to simpleeval's interpreter."""
+_DIGITS = re.compile(r"\d+")
 
 
 def _item(container: Any, key: Any, text: str) -> Any:
-    """``a[b]`` with the interpreter's rules: maps give null for a missing key, null gives null."""
+    """``a[b]``: maps give null for a missing key, null gives null, other misses fail the record."""
     if container is None:
         return None
     if isinstance(container, dict):
@@ -501,6 +462,22 @@ def _item(container: Any, key: Any, text: str) -> Any:
         raise ExpressionError(text, f"cannot index {type(container).__name__} with {key!r}: {e}") from None
 
 
+def _formatted(value: Any, spec: str) -> Any:
+    """``{value:spec}`` in an f-string; a width or precision past MAX_TEXT is refused before formatting."""
+    if any(int(d) > MAX_TEXT for d in _DIGITS.findall(spec)):
+        raise LimitExceeded(f"format widths and precisions are limited to {MAX_TEXT:,} (MAX_TEXT)")
+    return format(value, spec)
+
+
+def _joined(parts: list[Any]) -> str:
+    """An f-string's text: each part as ``str``, at most MAX_TEXT long."""
+    texts = [p if type(p) is str else str(p) for p in parts]
+    size = sum(map(len, texts))
+    if size > MAX_TEXT:
+        raise _too_long("the f-string", size)
+    return "".join(texts)
+
+
 class _Compiler:
     """Translates a checked expression tree into a Python expression tree over one record.
 
@@ -508,13 +485,11 @@ class _Compiler:
     accessor helpers, functions of ``FUNCTIONS``, literal values): user text never
     becomes an identifier, an attribute or source code. Field access is
     ``v.get(name) if type(v) is dict else _field(v, name, text)`` so maps, the
-    common case, cost one inline ``dict.get``.
+    common case, cost one inline ``dict.get``. It handles every node of ``_SUPPORTED``.
     """
 
-    def __init__(self, text: str, prefix: str, record: str):
+    def __init__(self, text: str):
         self.text = text
-        self.prefix = prefix
-        self.record = record
         self.bindings: dict[str, Any] = {}
         self._temps = 0
         self._bound_ids: dict[int, str] = {}
@@ -523,29 +498,25 @@ class _Compiler:
     def bind(self, value: Any) -> ast.Name:
         name = self._bound_ids.get(id(value))
         if name is None:
-            name = f"{self.prefix}k{len(self.bindings)}"
+            name = f"_k{len(self.bindings)}"
             self.bindings[name] = value
             self._bound_ids[id(value)] = name
         return ast.Name(name, ast.Load())
 
     def temp(self) -> str:
         self._temps += 1
-        return f"{self.prefix}t{self._temps}"
+        return f"_t{self._temps}"
 
-    def attr_of_record(self, attr: str) -> ast.expr:
-        return ast.Attribute(ast.Name(self.record, ast.Load()), attr, ast.Load())
+    @staticmethod
+    def attr_of_record(attr: str) -> ast.expr:
+        return ast.Attribute(ast.Name("r", ast.Load()), attr, ast.Load())
 
     # nodes -----------------------------------------------------------------
     def expr(self, node: ast.AST) -> ast.expr:
-        method = getattr(self, f"_{type(node).__name__}", None)
-        if method is None:
-            raise _NotCompilable(type(node).__name__)
-        return method(node)
+        return getattr(self, f"_{type(node).__name__}")(node)
 
     def _Constant(self, node: ast.Constant) -> ast.expr:
         value = node.value
-        if hasattr(value, "__len__") and len(value) > simpleeval.MAX_STRING_LENGTH:
-            raise _NotCompilable("long literal")  # the interpreter reports it per record, as before
         if value is None or type(value) in (bool, int, float):
             return ast.Constant(value)
         return self.bind(value)
@@ -567,9 +538,7 @@ class _Compiler:
             return ast.Attribute(self.attr_of_record("operation"), "text", ast.Load())
         if name in CONSTANTS:
             return ast.Constant(CONSTANTS[name])
-        if name in FUNCTIONS:
-            return self.bind(FUNCTIONS[name])
-        raise _NotCompilable(name)  # _check rejected it already
+        return self.bind(FUNCTIONS[name])  # _check let no other name through
 
     def _payload_part(self, node: ast.AST, part: Any) -> ast.expr | None:
         """``Payload.After`` / ``Payload["After"]`` read the record's attribute directly."""
@@ -600,10 +569,24 @@ class _Compiler:
             direct = self._payload_part(node.value, node.slice.value)
             if direct is not None:
                 return direct
-        if isinstance(node.slice, ast.Slice):
-            raise _NotCompilable("slice")
-        # the test evaluates the container, then exactly one branch evaluates the key: the interpreter's order
+        if isinstance(node.slice, ast.Slice):  # x[a:b] of text or a list; never a map key
+            return ast.Call(self.bind(_item), [self.expr(node.value), self.expr(node.slice), self.bind(self.text)], [])
+        # the test evaluates the container, then exactly one branch evaluates the key
         return self._map_get(self.expr(node.value), self.expr(node.slice), self.bind(_item), [self.bind(self.text)])
+
+    def _Slice(self, node: ast.Slice) -> ast.expr:
+        bounds = [ast.Constant(None) if b is None else self.expr(b) for b in (node.lower, node.upper, node.step)]
+        return ast.Call(self.bind(slice), bounds, [])
+
+    def _JoinedStr(self, node: ast.JoinedStr) -> ast.expr:
+        return ast.Call(self.bind(_joined), [ast.List([self.expr(v) for v in node.values], ast.Load())], [])
+
+    def _FormattedValue(self, node: ast.FormattedValue) -> ast.expr:
+        # like simpleeval, a conversion (!r, !s) is not applied: every part becomes str()
+        value = self.expr(node.value)
+        if node.format_spec is None:
+            return value
+        return ast.Call(self.bind(_formatted), [value, self.expr(node.format_spec)], [])
 
     def _Call(self, node: ast.Call) -> ast.expr:
         if isinstance(node.func, ast.Name):
@@ -611,11 +594,7 @@ class _Compiler:
         else:
             func = self.expr(node.func)  # a string method, read like any field
         args = [self.expr(a) for a in node.args]
-        keywords = []
-        for k in node.keywords:
-            if k.arg is None:
-                raise _NotCompilable("**kwargs")
-            keywords.append(ast.keyword(k.arg, self.expr(k.value)))
+        keywords = [ast.keyword(k.arg, self.expr(k.value)) for k in node.keywords]
         return ast.Call(func, args, keywords)
 
     def _BinOp(self, node: ast.BinOp) -> ast.expr:
@@ -646,9 +625,7 @@ class _Compiler:
         return ast.Set([self.expr(e) for e in node.elts])
 
     def _Dict(self, node: ast.Dict) -> ast.expr:
-        if any(k is None for k in node.keys):
-            raise _NotCompilable("** in a map literal")
-        return ast.Dict([self.expr(k) for k in node.keys], [self.expr(v) for v in node.values])
+        return ast.Dict([self.expr(k) for k in node.keys], [self.expr(v) for v in node.values])  # type: ignore[arg-type]
 
 
 def _always_bool(node: ast.AST) -> bool:
@@ -670,57 +647,44 @@ def _always_bool(node: ast.AST) -> bool:
     return False
 
 
-def _build_function(name: str, args: list[str], body: list[ast.stmt], bindings: dict[str, Any]) -> Callable[..., Any]:
-    """Compile a function from a generated tree; its globals are the bindings and nothing else."""
+def _build_function(text: str, tree: ast.AST, many: bool) -> Callable[..., Any]:
+    """``def expression(r): return <tree>`` (or, ``many``, ``def expression_many(records): return
+    [<tree> for r in records]``) compiled once; its globals are the compiler's bindings and nothing else."""
+    compiler = _Compiler(text)
+    value = compiler.expr(tree)
+    if many:
+        loop = ast.comprehension(ast.Name("r", ast.Store()), ast.Name("records", ast.Load()), [], 0)
+        name, arg, value = "expression_many", "records", ast.ListComp(value, [loop])
+    else:
+        name, arg = "expression", "r"
     fn = ast.FunctionDef(
         name=name,
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in args], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=body,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg)], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[ast.Return(value)],
         decorator_list=[],
         returns=None,
     )
     module = ast.fix_missing_locations(ast.Module([fn], type_ignores=[]))
-    namespace: dict[str, Any] = {"__builtins__": {}, **bindings}
+    namespace: dict[str, Any] = {"__builtins__": {}, **compiler.bindings}
     exec(compile(module, f"<cdcflow {name}>", "exec"), namespace)  # noqa: S102 - tree generated by _Compiler
     return namespace[name]
 
 
-class InlineExpression:
-    """An expression translated for embedding in generated code over the record variable ``record``.
-
-    ``source`` is Python text produced by ``ast.unparse`` from the translated tree (so it
-    holds only bound names, operators and numbers); ``bindings`` are the globals it needs.
-    """
-
-    __slots__ = ("source", "bindings", "always_bool")
-
-    def __init__(self, source: str, bindings: dict[str, Any], always_bool: bool):
-        self.source = source
-        self.bindings = bindings
-        self.always_bool = always_bool
-
-
 class Expression:
-    """A compiled expression. ``evaluate(record)`` returns its value for that record."""
+    """A compiled expression: ``evaluate(record)`` gives its value for one record,
+    ``evaluate_many(records)`` the values for a batch in one call."""
 
-    __slots__ = ("text", "_tree", "_ev", "_names", "_fn", "_many")
+    __slots__ = ("text", "_tree", "_fn", "_many")
 
     def __init__(self, text: str, tree: ast.AST):
         self.text = text
         self._tree = tree
-        self._ev = _Evaluator()
-        self._names: _RecordNames = self._ev.names
-        self._fn: Callable[[Record], Any] | None = None
-        self._many: Callable[[list[Record]], list[Any]] | None = None
-        try:
-            compiler = _Compiler(text, "_", "r")
-            value = compiler.expr(tree)
-        except _NotCompilable:
-            return  # evaluated by the interpreter
-        self._fn = _build_function("expression", ["r"], [ast.Return(value)], compiler.bindings)
+        self._fn: Callable[[Record], Any] = _build_function(text, tree, many=False)
+        self._many: Callable[[list[Record]], list[Any]] | None = None  # built on first use
 
     @classmethod
     def compile(cls, text: str) -> "Expression":
+        """Parse and check ``text``; an ``ExpressionError`` (with the column) when it is not valid."""
         source = text.strip()
         if not source:
             raise ExpressionError(text, "empty expression")
@@ -729,14 +693,8 @@ class Expression:
         except SyntaxError as e:
             # CPython reports offset 0 when the expression ends too early
             raise ExpressionError(text, f"syntax error: {e.msg}", column=e.offset or len(source) + 1) from None
-        probe = _Evaluator()
-        _check(text, tree, set(probe.nodes))
+        _check(text, tree)
         return cls(text, tree.body)
-
-    @property
-    def compiled(self) -> bool:
-        """False when this expression uses syntax only the interpreter evaluates."""
-        return self._fn is not None
 
     def error(self, e: BaseException) -> ExpressionError:
         """The ExpressionError one record's failure ``e`` is reported as."""
@@ -749,48 +707,20 @@ class Expression:
         return ExpressionError(self.text, f"{type(e).__name__}: {e}")
 
     def evaluate(self, record: Record) -> Any:
-        fn = self._fn
-        if fn is not None:
-            try:
-                return fn(record)
-            except Exception as e:  # noqa: BLE001 - any failure is this record's failure, with context
-                raise self.error(e) from None
-        self._names.record = record
         try:
-            return self._ev.eval(self.text, previously_parsed=self._tree)
-        except Exception as e:  # noqa: BLE001
+            return self._fn(record)
+        except Exception as e:  # noqa: BLE001 - any failure is this record's failure, with context
             raise self.error(e) from None
-        finally:
-            self._names.record = None
 
     def evaluate_many(self, records: list[Record]) -> list[Any]:
         """Values for a batch in one call; raises the first record's failure like ``evaluate``."""
         many = self._many
-        if many is None and self._fn is not None:
-            many = self._many = self._build_many()
-        if many is not None:
-            try:
-                return many(records)
-            except Exception as e:  # noqa: BLE001
-                raise self.error(e) from None
-        return [self.evaluate(r) for r in records]
-
-    def _build_many(self) -> Callable[[list[Record]], list[Any]]:
-        """``[<expression> for r in records]`` as one function (built on first use)."""
-        compiler = _Compiler(self.text, "_", "r")
-        value = compiler.expr(self._tree)
-        loop = ast.comprehension(ast.Name("r", ast.Store()), ast.Name("records", ast.Load()), [], 0)
-        return _build_function("expression_many", ["records"], [ast.Return(ast.ListComp(value, [loop]))],
-                               compiler.bindings)
-
-    def inline(self, prefix: str, record: str) -> InlineExpression | None:
-        """This expression as Python source over variable ``record`` for a generated loop
-        (names it binds start with ``prefix``); None when it only runs interpreted."""
-        if self._fn is None:
-            return None
-        compiler = _Compiler(self.text, prefix, record)
-        source = ast.unparse(ast.fix_missing_locations(compiler.expr(self._tree)))
-        return InlineExpression(source, compiler.bindings, _always_bool(self._tree))
+        if many is None:
+            many = self._many = _build_function(self.text, self._tree, many=True)
+        try:
+            return many(records)
+        except Exception as e:  # noqa: BLE001
+            raise self.error(e) from None
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"

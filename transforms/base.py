@@ -104,9 +104,6 @@ class FieldValueTransform(Transform):
                 append(Failed(f"{prefix}{e}"))
         return out
 
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
-
 
 def parse_json(data: bytes | str) -> Any:
     """JSON text to native values. Integers stay ints of any size (Conduit reads every

@@ -129,6 +129,3 @@ class CdcDedup(Transform):
             table.applied.add(ident)
             out.append(r)
         return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]

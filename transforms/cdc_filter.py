@@ -99,6 +99,3 @@ class CdcFilter(Transform):
                         row.pop(column, None)
             out.append(r)
         return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]

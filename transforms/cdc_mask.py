@@ -15,7 +15,6 @@ from typing import Any, Callable, Mapping, Sequence
 from cdcflow.errors import ConfigError
 from cdcflow.expr import to_text
 from cdcflow.params import Parameter, ParamType
-from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import META_COLLECTION, META_CONTROL, Record
 from cdcflow.sdk import Result, Transform
 
@@ -86,7 +85,6 @@ class CdcMask(Transform):
                 raise ConfigError(plugin, "mask.char", "length", "must be exactly one character")
             self._replace = masker(char, int(config["mask.keepLast"]))
         self._include_key = bool(config["includeKey"])
-        self._plain_mask = config["method"] != "hash" and int(config["mask.keepLast"]) <= 0
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         columns, replace, with_key = self._columns, self._replace, self._include_key
@@ -103,39 +101,3 @@ class CdcMask(Transform):
                     if value is not None:
                         row[column] = replace(value)
         return list(records)
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
-
-    def fused_step(self) -> FusedStep:
-        """Columns named plainly (``email``) are the same in every table, so their lookups are
-        unrolled; qualified names or globs look the row's table up first. A plain mask is inlined."""
-        columns = self._columns
-        bindings: dict[str, Any] = {
-            "control": META_CONTROL, "collection": META_COLLECTION, "replace": self._replace,
-            "char": self.config.get("mask.char") or "*", "fixed": columns._fixed,
-            "fixed_columns": columns.fixed_columns, "matching": columns.matching,
-        }
-        replace = "$char * len($v) if type($v) is str else $replace($v)" if self._plain_mask else "$replace($v)"
-        everywhere = columns.literals is not None and not any("." in name for name in columns.literals)
-        if everywhere:
-            lines = []
-        elif columns.literals is not None:
-            lines = ["$coll = $md.get($collection) or ''", "$cols = $fixed.get($coll)",
-                     "if $cols is None:", "    $cols = $fixed_columns($coll)"]
-        else:
-            lines = ["$coll = $md.get($collection) or ''"]
-        for attr in ("before", "after", "key") if self._include_key else ("before", "after"):
-            lines += [f"$row = r.{attr}", "if type($row) is dict:"]
-            if everywhere:
-                for k, name in enumerate(columns.literals):  # type: ignore[arg-type]
-                    bindings[f"col{k}"] = name
-                    lines += [f"    $v = $row.get($col{k})", "    if $v is not None:",
-                              f"        $row[$col{k}] = {replace}"]
-                continue
-            if columns.literals is None:
-                lines.append("    $cols = $matching($coll, $row)")
-            lines += ["    for $c in $cols:", "        $v = $row.get($c)", "        if $v is not None:",
-                      f"            $row[$c] = {replace}"]
-        code = "\n".join(["$md = r.metadata", "if $control not in $md:"] + ["    " + line for line in lines])
-        return FusedStep(code, bindings)

@@ -116,6 +116,3 @@ class CdcRoute(Transform):
             if target is not None:
                 md[META_COLLECTION] = target
         return list(records)
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]

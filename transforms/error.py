@@ -52,6 +52,3 @@ class Error(Transform):
             except ExpressionError as e:
                 out.append(Failed(f"error processor: message template failed: {e}"))
         return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]

@@ -92,6 +92,3 @@ class Clone(Transform):
                 c.metadata[CLONE_INDEX] = str(i)
             out.append(copies)
         return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]

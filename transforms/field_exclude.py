@@ -6,7 +6,6 @@ from typing import Any, Mapping, Sequence
 
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType
-from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import Result, Transform
 
@@ -74,33 +73,6 @@ class FieldExclude(Transform):
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         return apply_each(records, self._deleters)
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
-
-    def fused_step(self) -> FusedStep:
-        """Fields one level below a map are popped inline; other shapes call the reference's deleter."""
-        lines: list[str] = []
-        bindings: dict[str, Any] = {}
-        for k, ref in enumerate(self._refs):
-            bindings[f"delete{k}"] = ref.delete
-            attr = DATA_ATTRIBUTES.get(ref.root)
-            if ref.root == "Metadata" and len(ref.path) == 1:
-                bindings[f"leaf{k}"] = ref.path[0]
-                lines.append(f"r.metadata.pop($leaf{k}, None)")
-            elif attr is not None and len(ref.path) == 1:
-                bindings[f"leaf{k}"] = ref.path[0]
-                lines += [
-                    f"$node = r.{attr}",
-                    "if type($node) is dict:",
-                    f"    $node.pop($leaf{k}, None)",
-                    "elif $node is not None:",
-                    f"    $delete{k}(r)",  # raw data: the deleter raises its error
-                ]
-            else:
-                lines.append(f"$delete{k}(r)")
-        return FusedStep("\n".join(lines), bindings)
-
 
 #: record attribute holding the data below each reference root
 DATA_ATTRIBUTES = {"Key": "key", "Payload.Before": "before", "Payload.After": "after"}

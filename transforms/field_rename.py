@@ -6,7 +6,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from cdcflow.errors import ConfigError
 from cdcflow.params import Parameter, ParamType
-from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import Result, Transform
 
@@ -100,28 +99,3 @@ class FieldRename(Transform):
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         return apply_each(records, self._renames)
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
-
-    def fused_step(self) -> FusedStep:
-        """Renames one level below a map run inline; other shapes call the compiled renamer."""
-        lines: list[str] = []
-        bindings: dict[str, Any] = {}
-        for k, ((ref, new_name), rename) in enumerate(zip(self._pairs, self._renames)):
-            bindings.update({f"rename{k}": rename, f"old{k}": ref.path[-1], f"new{k}": new_name})
-            attr = DATA_ATTRIBUTES.get(ref.root)
-            if ref.root == "Metadata":
-                lines += ["$node = r.metadata", f"if $old{k} in $node:", f"    $node[$new{k}] = $node.pop($old{k})"]
-            elif attr is not None and len(ref.path) == 1:
-                lines += [
-                    f"$node = r.{attr}",
-                    "if type($node) is dict:",
-                    f"    if $old{k} in $node:",
-                    f"        $node[$new{k}] = $node.pop($old{k})",
-                    "elif $node is not None:",
-                    f"    $rename{k}(r)",  # raw data: the renamer raises its error
-                ]
-            else:
-                lines.append(f"$rename{k}(r)")
-        return FusedStep("\n".join(lines), bindings)

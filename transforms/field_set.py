@@ -7,7 +7,6 @@ from typing import Any, Mapping, Sequence
 from cdcflow.errors import ConfigError
 from cdcflow.expr import ExpressionError, Template
 from cdcflow.params import Parameter, ParamType
-from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import Result, Transform
 
@@ -82,15 +81,3 @@ class FieldSet(Transform):
             except Exception as e:  # noqa: BLE001
                 append(failed(e))
         return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]
-
-    def fused_step(self) -> FusedStep:
-        """A literal text into a metadata key is one dict store; anything else calls the setter."""
-        field, template = self._field, self._value
-        if template.is_literal and field.root == "Metadata" and len(field.path) == 1:
-            return FusedStep("r.metadata[$key] = $value", {"key": field.path[0], "value": template.text})
-        if template.is_literal:
-            return FusedStep("$set(r, $value)", {"set": field.set, "value": template.text})
-        return FusedStep("$set(r, $render(r))", {"set": field.set, "render": template.render})

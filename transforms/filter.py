@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cdcflow.pipeline.fusion import FusedStep
 from cdcflow.record import Record
 from cdcflow.sdk import FILTERED, Result, Transform
 
@@ -27,9 +26,3 @@ class Filter(Transform):
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         return [FILTERED] * len(records)
-
-    def process_record(self, record: Record) -> Result:
-        return FILTERED
-
-    def fused_step(self) -> FusedStep:
-        return FusedStep("$drop")

@@ -157,6 +157,3 @@ class WebhookHTTP(Transform):
             except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
                 out.append(failed(e))
         return out
-
-    def process_record(self, record: Record) -> Result:
-        return self.process([record])[0]

@@ -1,13 +1,11 @@
 """The transform chain: a pipeline's (or a connector's) processors run over a batch.
 
 The engine builds one ``Chain`` per processor list inside each Spark task (or
-reuses one per executor process) and calls ``process`` once per batch. Consecutive
-processors whose transform offers a fused step (``fusion.FusedStep``: the built-in
-field, filter and mask transforms) run as one generated loop that visits each
-record once; the others see the whole surviving batch through their batch
-``process`` method. A condition is evaluated over the batch in one call
-(``Condition.evaluate_many``) and only the matching sub-batch is processed. Batches
-where every record comes back as one record take the result list as is.
+reuses one per executor process) and calls ``process`` once per batch. Each
+processor sees the whole surviving batch through its batch ``process`` method (the
+one implementation of every transform). A condition is evaluated over the batch in
+one call (``Condition.evaluate_many``) and only the matching sub-batch is processed.
+Batches where every record comes back as one record take the result list as is.
 
 Semantics (Conduit's):
 - a processor with a ``condition`` only receives the records for which it is true;
@@ -32,7 +30,6 @@ from ..errors import CdcflowError, ConfigError, InfrastructureError
 from ..expr import Condition, ExpressionError
 from ..record import Record
 from ..sdk import Failed, Filtered, Transform
-from .fusion import FusedRun, step_of
 from .model import ProcessorConfig
 
 log = logging.getLogger(__name__)
@@ -87,7 +84,6 @@ class Chain:
 
     def __init__(self, nodes: list[_Node]):
         self._nodes = nodes
-        self._units: list[_Node | FusedRun] = _fuse(nodes)
         self._torn_down = False
 
     @property
@@ -105,14 +101,10 @@ class Chain:
         origin: Sequence[int] = range(len(batch))
         nacks: list[tuple[int, Nack]] = []
         filtered = 0
-        last = len(self._units) - 1
-        for u, unit in enumerate(self._units):
+        for node in self._nodes:
             if not batch:
                 break
-            if type(unit) is FusedRun:
-                batch, origin, dropped = _apply_fused(unit, batch, origin, nacks, u == last)
-            else:
-                batch, origin, dropped = self._apply(unit, batch, origin, nacks)
+            batch, origin, dropped = self._apply(node, batch, origin, nacks)
             filtered += dropped
         nacks.sort(key=lambda item: item[0])
         return ChainResult(batch, [n for _, n in nacks], filtered)
@@ -225,42 +217,6 @@ def _splice_all(
     for i, res in enumerate(results):
         dropped += _merge(node, batch[i], origin[i], res, out, out_origin, nacks)
     return out, out_origin, dropped
-
-
-def _apply_fused(
-    run: FusedRun, batch: list[Record], origin: Sequence[int], nacks: list[tuple[int, Nack]], last: bool
-) -> tuple[list[Record], Sequence[int], int]:
-    kept, drops, failures = run.run(batch)
-    if not failures and (last or not drops):
-        return kept, origin, len(drops)  # origin is not read after the last unit
-    keep = [True] * len(batch)
-    for i in drops:
-        keep[i] = False
-    for i, node_index, message in failures:
-        keep[i] = False
-        nacks.append((origin[i], Nack(batch[i], run.ids[node_index], message)))
-    return kept, list(compress(origin, keep)), len(drops)
-
-
-def _fuse(nodes: list[_Node]) -> list[_Node | FusedRun]:
-    """Group runs of consecutive fusable processors; the others stay single nodes."""
-    units: list[_Node | FusedRun] = []
-    run: list[tuple[_Node, Any]] = []
-
-    def close() -> None:
-        if run:
-            units.append(FusedRun([n.id for n, _ in run], [s for _, s in run], [n.condition for n, _ in run]))
-            run.clear()
-
-    for node in nodes:
-        step = step_of(node.transform)
-        if step is None:
-            close()
-            units.append(node)
-        else:
-            run.append((node, step))
-    close()
-    return units
 
 
 def _merge(

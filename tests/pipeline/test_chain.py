@@ -119,7 +119,7 @@ def test_empty_chain_is_a_no_op(registry):
     assert result.records == batch and result.nacks == [] and result.filtered == 0
 
 
-def test_fused_transforms_in_order(registry):
+def test_builtin_transforms_in_order(registry):
     chain = build_chain(
         [
             proc("upper", "field.set", field=".Payload.After.label", value="n{{ Payload.After.n }}"),
@@ -265,3 +265,34 @@ def test_chain_is_reusable_across_batches(registry):
     assert isinstance(chain, Chain) and chain.node_ids == ["f"] and len(chain) == 1
     for _ in range(3):
         assert [r.after["n"] for r in chain.process(records(3)).records] == [0, 2]
+
+
+def test_builtin_failures_name_the_processor_and_the_stage(registry):
+    chain = build_chain([
+        proc("rename", "field.rename", mapping=".Payload.After.name:full_name,.Metadata.m:mm,.Key.a.b:c"),
+        proc("exclude", "field.exclude", fields=".Payload.After.internal,.Metadata.x,.Payload.Before.a.b"),
+        proc("drop", "filter", condition='Payload.After.status == "deleted"'),
+        proc("odd", "field.set", "Payload.After.flag", field=".Operation", value="{{ Payload.After.op }}"),
+    ], registry)
+    batch = [
+        Record(b"0", after={"name": "a", "flag": True, "op": "update"}),
+        Record(b"1", after=b"raw"),  # rename inside raw data: the renamer's error
+        Record(b"2", after={"flag": "yes"}),  # condition gives a str
+        Record(b"3", after={"flag": True, "op": "bogus"}),  # field.set .Operation fails
+        Record(b"4", after={"status": "deleted"}),
+    ]
+    result = chain.process(batch)
+    assert [r.position for r in result.records] == [b"0"] and result.filtered == 1
+    assert [(n.record.position, n.node_id) for n in result.nacks] == [(b"1", "rename"), (b"2", "odd"), (b"3", "odd")]
+    assert "raw data" in result.nacks[0].error
+    assert result.nacks[1].error.startswith("condition: expression") and "true or false" in result.nacks[1].error
+    assert "unknown operation 'bogus'" in result.nacks[2].error
+
+
+def test_mask_plain_and_qualified_columns(registry):
+    chain = build_chain([proc("m", "cdc.mask", columns="email,shop.users.phone")], registry)
+    users = Record(b"u", metadata={"opencdc.collection": "shop.users"}, after={"email": "ab", "phone": "123", "x": 1})
+    orders = Record(b"o", metadata={"opencdc.collection": "shop.orders"}, after={"email": 12, "phone": "123"})
+    out = chain.process([users, orders]).records
+    assert out[0].after == {"email": "**", "phone": "***", "x": 1}
+    assert out[1].after == {"email": "**", "phone": "123"}
