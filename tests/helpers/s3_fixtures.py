@@ -13,17 +13,13 @@ import time
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from cdcflow.dev.process import free_port
 
 
 @pytest.fixture(scope="session")
 def moto_server():
     """``python -m moto.server`` on 127.0.0.1, stopped after the session."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
