@@ -78,9 +78,12 @@ def to_proto(
 
 
 def _fill(add, records: Iterable[Record], store: SchemaStore | None, structured: str) -> None:
-    """``add(position=, operation=, metadata=)`` a message per record, then set its data."""
+    """``add(position=, operation=)`` a message per record, then set its metadata and data."""
     for position, operation, metadata, key, before, after in _prepared(records, store, structured):
-        pb = add(position=position, operation=operation, metadata=metadata)
+        pb = add(position=position, operation=operation)
+        pb_metadata = pb.metadata
+        for k, v in metadata.items():  # faster than metadata= (upb fills a map through MutableMapping.update)
+            pb_metadata[k] = v
         if key is not None:
             if type(key) is bytes:
                 pb.key.raw_data = key

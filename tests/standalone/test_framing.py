@@ -42,3 +42,16 @@ def test_a_batch_within_the_limit_is_one_message():
     parsed = destination_pb2.Destination.Run.Request.FromString(messages[0][0]).records
     assert [pb.position for pb in parsed] == [r.position for r in records]
     assert frame_records([], None, "avro", 1 << 20) == ([], {})
+
+
+def test_a_long_batch_is_several_messages_in_order():
+    from cdcflow.standalone.framing import MESSAGE_RECORDS
+
+    n = 2 * MESSAGE_RECORDS + 5
+    records = [Record(position=b"%d" % i, after=b"v") for i in range(n)]
+    messages, oversized = frame_records(records, None, "avro", 1 << 26, first_index=1)
+    assert not oversized and [len(indexes) for _, indexes in messages] == [MESSAGE_RECORDS, MESSAGE_RECORDS, 5]
+    assert [i for _, indexes in messages for i in indexes] == list(range(1, n + 1))
+    positions = [pb.position for data, _ in messages
+                 for pb in destination_pb2.Destination.Run.Request.FromString(data).records]
+    assert positions == [r.position for r in records]
