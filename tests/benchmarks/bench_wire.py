@@ -1,7 +1,7 @@
 """CPU per record of the standalone path's record conversion, both directions.
 
-``framing.frame_records`` (records → one batch message, what the host sends) and
-``convert.protobuf.from_wire`` (a batch message → records, what the plugin reads), on
+``framing.frame_records`` (records → batch messages, what the host sends) and
+``convert.protobuf.from_wire`` (batch messages → records, what the plugin reads), on
 10 000 records: the ``bench_standalone`` raw 1 KB and structured (Avro, ten fields) records.
 process_time, best of N, one thread; run it pinned:
 
@@ -43,8 +43,8 @@ def main() -> None:
         store = SchemaStore()
         records = make(args.records)
         write = lambda: frame_records(records, store, "avro", 1 << 30)  # noqa: E731
-        ((message, _),), _ = write()
-        read = lambda: protobuf.from_wire(message, store, {})  # noqa: E731
+        messages = [data for data, _ in write()[0]]  # of framing.MESSAGE_RECORDS records each
+        read = lambda: [protobuf.from_wire(data, store, {}) for data in messages]  # noqa: E731
         print(f"{label:<12}{best_us(write, args.records, args.rounds):>22.2f}"
               f"{best_us(read, args.records, args.rounds):>18.2f}")
 
