@@ -101,7 +101,6 @@ def _fill(add, records: Iterable[Record], store: SchemaStore | None, structured:
                 pb.payload.after.structured_data.CopyFrom(after)
 
 
-
 def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structured: str = _AVRO) -> list[bytes]:
     """Each record's ``opencdc.v1.Record`` bytes (upb serializes ``to_proto``'s messages)."""
     return [pb.SerializeToString() for pb in to_proto(records, store, structured)]
