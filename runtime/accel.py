@@ -1,6 +1,6 @@
 """Optional compiled kernels for the hot paths, each with a pure-Python twin.
 
-Why: the per-row work of the wire and text codecs (protobuf records, TiCDC
+Why: the per-row work of the text and Avro codecs (Avro values, Conduit's JSON form, TiCDC
 canal-json / CSV / open protocol) is a few microseconds of interpreter time per
 row; the same work in C is a fraction of that. The Python code stays the
 reference and the fallback: a kernel handles the usual shapes and values and
@@ -19,7 +19,6 @@ from types import ModuleType
 
 #: every kernel module, by import name (pyproject.toml builds one extension per entry)
 KERNELS: tuple[str, ...] = (
-    "cdcflow.convert._wire",
     "cdcflow._avro_decode",
     "cdcflow._avro_encode",
     "cdcflow.convert._jsonform",

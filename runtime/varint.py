@@ -1,5 +1,5 @@
-"""Unsigned base-128 varints, shared by Avro (zig-zag longs, lengths), protobuf wire encoding and
-the hand-written protobuf/Avro readers (which read the first bytes inline and call here for the rest)."""
+"""Unsigned base-128 varints for the generated Avro readers and writers (zig-zag longs, lengths),
+which read the first bytes inline and call here for the rest. (Protobuf's are upb's.)"""
 
 from __future__ import annotations
 

@@ -650,8 +650,8 @@ def _add_service(
     raw_requests: frozenset[str] | set[str] = frozenset(), raw_responses: frozenset[str] | set[str] = frozenset(),
 ) -> None:
     """Serve ``servicer`` as the generated ``add_*_to_server`` would, except that the methods named
-    in ``raw_requests`` / ``raw_responses`` take / give message bytes: the record streams, which
-    ``cdcflow.convert.protobuf.from_wire`` and ``framing`` read and write without message objects."""
+    in ``raw_requests`` / ``raw_responses`` take / give message bytes: the record streams, whose
+    batch messages ``cdcflow.convert.protobuf.from_wire`` and ``framing`` parse and build whole."""
     descriptor = module.DESCRIPTOR.services_by_name[service]
     handlers = {}
     for method in descriptor.methods:

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc.events import INSERT, UPDATE, RowChange, to_record
-from cdcflow.convert import jsonform, protobuf
-from cdcflow.convert.protobuf import from_wire, to_wire
+from cdcflow.convert import jsonform
+from cdcflow.convert.protobuf import from_wire
 from cdcflow.convert.schemaref import META_SCHEMA_DERIVED
 from cdcflow.errors import CdcflowError
 from cdcflow.record import (
@@ -28,7 +28,7 @@ from cdcflow.record import (
     Record,
 )
 from cdcflow.schemas import SchemaStore
-from cdcflow.standalone.framing import encode_acks, frame_batches, frame_records
+from cdcflow.standalone.framing import encode_acks, frame_records
 from cdcflow.varint import uvarint
 
 from helpers import tidb_strategies as tidb_st  # every TiDB type and its edge values
@@ -41,13 +41,13 @@ LIMIT = 1 << 26
 
 @contextlib.contextmanager
 def pure_python():
-    """Both kernels off: from_wire's (``_wire.c``) and dumps_lines' (``_jsonform.c``)."""
-    saved = protobuf._kernel, jsonform._kernel
-    protobuf._kernel = jsonform._kernel = None
+    """dumps_lines' kernel (``_jsonform.c``) off; from_wire is upb's parse + ``from_proto``."""
+    saved = jsonform._kernel
+    jsonform._kernel = None
     try:
         yield
     finally:
-        protobuf._kernel, jsonform._kernel = saved
+        jsonform._kernel = saved
 
 
 def reference(message: bytes, store: SchemaStore | None = None) -> tuple[bytes, bytes] | None:
@@ -269,10 +269,3 @@ def test_no_leak_over_many_messages():
             pass
 
     assert traced_growth(run, rounds=300, warmup=3) < 64 * 1024
-
-
-def test_frame_batches_messages_too():
-    """Messages the Python framing writes (no compiled writer) read the same."""
-    records = [Record(b"%d" % i, Operation.SNAPSHOT, {"a": "b"}, None, None, b"x" * i) for i in range(50)]
-    ((message, _),) = frame_batches(to_wire(records), LIMIT)[0]
-    assert jsonform.dumps_wire(message) == reference(message)

@@ -1,4 +1,4 @@
-"""The one varint reader/writer behind the protobuf and Avro fast paths."""
+"""The one varint reader/writer behind the generated Avro readers and writers."""
 
 import pytest
 from hypothesis import given, strategies as st

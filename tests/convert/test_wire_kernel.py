@@ -1,9 +1,10 @@
-"""The compiled record reader (``cdcflow.convert._wire``) against the Python reader and upb.
+"""``from_wire`` (a batch message's bytes to records) against upb's parse + ``from_proto``.
 
-``from_wire`` with the kernel, ``from_wire`` without it (``_kernel`` set to None) and upb's
-parse + ``from_proto`` must give the same records, or the same typed error, for every input:
-records of every value kind (structured ones as Avro named by metadata), TiDB rows with their
-column-type schemas, odd shapes upb reads differently from encoders, and corrupted bytes.
+Both must give the same records, or the same typed error, for every input: records of every
+value kind (structured ones as Avro named by metadata), TiDB rows with their column-type
+schemas, odd shapes upb reads differently from encoders, and corrupted bytes. With ``failed``,
+a record that does not convert is None and reported by its index, the others are kept.
+(The Avro decoder kernel's tests at the end read through the same path.)
 """
 
 from __future__ import annotations
@@ -24,21 +25,16 @@ from helpers.leakcheck import traced_growth
 
 from cdcflow import avro_values
 from cdcflow.avro_values import avro_type, codec_for
-from cdcflow.convert import protobuf
 from cdcflow.convert.protobuf import PbRecord, from_proto, from_wire, to_wire
 from cdcflow.convert.schemaref import refs_for
 from cdcflow.errors import ConversionError, SchemaError
 from cdcflow.pb.connector.v2 import destination_pb2
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.standalone.framing import frame_batches
 from cdcflow.varint import uvarint
 
 from test_convert_roundtrip import SETTINGS, records
 
-# Without the kernel (not built, or CDCFLOW_PURE_PYTHON=1) the differential tests still hold the
-# Python reader to upb; the tests of the kernel's own objects are skipped.
-needs_kernel = pytest.mark.skipif(protobuf._kernel is None, reason="the _wire kernel is not built (or turned off)")
 needs_avro_kernel = pytest.mark.skipif(avro_values._kernel is None,
                                        reason="the _avro_decode kernel is not built (or turned off)")
 
@@ -47,7 +43,8 @@ FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCh
 
 
 def _message(wire: list[bytes]) -> bytes:
-    return frame_batches(wire, 1 << 30)[0][0][0] if wire else b""
+    """A batch message of records' bytes (each one field 1), framed here so odd shapes stay as they are."""
+    return b"".join(_field(1, 2, w) for w in wire)
 
 
 def _field(number: int, wire_type: int, payload: bytes) -> bytes:
@@ -63,27 +60,14 @@ def _outcome(fn):
         return type(e).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(e))
 
 
-def _python(fn):
-    """``fn()`` with the Python reader (a context manager, not the fixture: hypothesis reruns tests)."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(protobuf, "_kernel", None)
-        return fn()
-
-
 def _three_ways(message: bytes, store: SchemaStore, with_failed: bool = False) -> None:
-    """Kernel, Python reader and upb + from_proto agree on ``message``."""
-    def kernel():
+    """``from_wire`` agrees with upb + ``from_proto`` on ``message`` (record by record with ``failed``)."""
+    def read():
         failed: dict | None = {} if with_failed else None
         out = from_wire(message, store, failed)
         return out, _failures(failed)
 
-    def python():
-        failed: dict | None = {} if with_failed else None
-        out = from_wire(message, store, failed)
-        return out, _failures(failed)
-
-    got = _outcome(kernel)
-    assert got == _python(lambda: _outcome(python))
+    got = _outcome(read)
     try:
         pbs = Batch.FromString(message).records
     except Exception:  # noqa: BLE001 - upb refuses the whole message
@@ -91,10 +75,22 @@ def _three_ways(message: bytes, store: SchemaStore, with_failed: bool = False) -
         return
     if not with_failed:
         assert got == _outcome(lambda: (from_proto(pbs, store), None))
+        return
+    records, failures = [], {}
+    for i, pb in enumerate(pbs):  # one record at a time: its error alone, by its index
+        one = _outcome(lambda: from_proto([pb], store)[0])
+        if one[0] == "ok":
+            records.append(one[1])
+        else:
+            records.append(None)
+            failures[i] = (pb.position, *one)
+    assert got == ("ok", (records, failures))
 
 
 def _failures(failed: dict | None):
-    return None if failed is None else {i: (p, type(e).__name__, str(e)) for i, (p, e) in failed.items()}
+    if failed is None:
+        return None
+    return {i: (p, type(e).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(e))) for i, (p, e) in failed.items()}
 
 
 # -- differential properties ---------------------------------------------------------------------
@@ -112,7 +108,7 @@ def test_records_of_every_value_kind_read_alike(batch, structured):
 
 @SETTINGS
 @given(st.lists(records(mixed_payload=False), min_size=1, max_size=5))
-def test_the_kernel_gives_back_what_to_wire_took(batch):
+def test_from_wire_gives_back_what_to_wire_took(batch):
     store = SchemaStore()
     assert from_wire(_message(to_wire(batch, store)), store) == batch
 
@@ -178,7 +174,7 @@ def test_corrupted_messages_read_alike_or_fail_alike(batch, data, with_failed):
     _three_ways(bytes(message), store, with_failed)
 
 
-# -- shapes the kernel hands back ------------------------------------------------------------------
+# -- shapes encoders do not write -----------------------------------------------------------------------
 
 def _canonical() -> PbRecord:
     pb = PbRecord(position=b"p1", operation=2, metadata={"a": "1", "b": "2"})
@@ -383,9 +379,8 @@ def test_avro_decoder_edge_values():
         assert _outcome(lambda: decoder(data)) == _outcome(lambda: codec.decode(data))
 
 
-@needs_kernel
 def test_payloads_of_other_schemas_read_alike():
-    """Enums, fixed, arrays, nested records: the records the kernel builds hold what the codec reads."""
+    """Enums, fixed, arrays, nested records: the records read hold what the codec reads."""
     store = SchemaStore()
     for after in [{"e": "B"}, {"a": [1, 2, 3]}, {"n": {"x": 1, "y": ["z"]}}, {"m": {"k": b"v"}}]:
         batch = [Record(b"p", Operation.CREATE, {"a": "1"}, {"id": 1}, None, after)]
@@ -396,7 +391,7 @@ def test_payloads_of_other_schemas_read_alike():
 
 # -- objects, references, memory -------------------------------------------------------------------
 
-def test_kernel_records_are_ordinary_records():
+def test_records_read_are_ordinary_records():
     store = SchemaStore()
     batch = [Record(b"p", Operation.UPDATE, {"a": "1"}, b"k", None, {"v": 1.5, "s": "x"})]
     out = from_wire(_message(to_wire(batch, store)), store)
@@ -408,19 +403,6 @@ def test_kernel_records_are_ordinary_records():
     assert r.before is None and r.operation is Operation.UPDATE and repr(r).startswith("Record(")
     r.metadata["b"] = "2"  # each record owns its metadata dict
     assert out[0].metadata is r.metadata and r.copy() == r
-
-
-@needs_kernel
-def test_reader_refuses_classes_it_cannot_fill():
-    class WithDict:
-        pass
-
-    class Slots:
-        __slots__ = ("position", "operation", "metadata", "key", "before")
-
-    for cls in (WithDict, Slots):
-        with pytest.raises(TypeError):
-            protobuf._kernel.Reader(cls, protobuf._OPERATIONS, protobuf._HAND_BACK)
 
 
 def _grows(fn, rounds: int = 300) -> int:

@@ -77,10 +77,10 @@ def test_a_malformed_request_fails_the_stream_with_the_reason(plugins_dir: Path,
     run = dst.proc.channel.stream_stream("/connector.v2.DestinationPlugin/Run", request_serializer=None,
                                          response_deserializer=None)
     good = Record(position=b"1", after=b"x")
-    from cdcflow.convert.protobuf import to_wire
-    from cdcflow.standalone.framing import encode_acks, frame_batches
+    from cdcflow.convert.protobuf import to_batch
+    from cdcflow.standalone.framing import encode_acks
 
-    (message, _), = frame_batches(to_wire([good]), 1 << 20)[0]
+    message = to_batch([good]).SerializeToString()
     responses = run(iter([message, b"\x0a\x05ab"]))  # the second: a record cut short
     assert next(responses) == encode_acks([b"1"])
     with pytest.raises(grpc.RpcError) as info:

@@ -1,4 +1,4 @@
-"""Message bytes the standalone path writes itself are what protobuf would write."""
+"""Batch and ack messages of the standalone path: within the size limit, acks as protobuf writes them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from hypothesis import strategies as st
 
 from cdcflow.pb.connector.v2 import destination_pb2
 from cdcflow.record import Record
-from cdcflow.convert.protobuf import to_wire
-from cdcflow.standalone.framing import encode_acks, frame_batches
+from cdcflow.standalone.framing import encode_acks, frame_records
 
 Response = destination_pb2.Destination.Run.Response
 
@@ -27,10 +26,32 @@ def test_ack_bytes_are_protobufs(acks):
 
 def test_batches_split_at_the_limit_and_refuse_oversized_records():
     records = [Record(position=str(i).encode(), after=b"x" * size) for i, size in enumerate([10, 700, 600, 5000, 10])]
-    messages, oversized = frame_batches(to_wire(records), 1200, first_index=7)
+    messages, oversized = frame_records(records, None, "avro", 1200, first_index=7)
     assert set(oversized) == {10} and "exceeds the maximum record size of 1200" in oversized[10]
     assert [indexes for _, indexes in messages] == [[7, 8], [9, 11]]
     for data, indexes in messages:
         parsed = destination_pb2.Destination.Run.Request.FromString(data).records
         assert [pb.position for pb in parsed] == [str(i - 7).encode() for i in indexes]
         assert len(data) <= 1200
+
+
+def test_a_batch_within_the_limit_is_one_message():
+    records = [Record(position=str(i).encode(), metadata={"a": "b"}, key=b"k", after=b"x" * 100) for i in range(50)]
+    messages, oversized = frame_records(records, None, "avro", 1 << 20, first_index=3)
+    assert not oversized and [indexes for _, indexes in messages] == [list(range(3, 53))]
+    parsed = destination_pb2.Destination.Run.Request.FromString(messages[0][0]).records
+    assert [pb.position for pb in parsed] == [r.position for r in records]
+    assert frame_records([], None, "avro", 1 << 20) == ([], {})
+
+
+def test_a_long_batch_is_several_messages_in_order():
+    from cdcflow.standalone.framing import MESSAGE_RECORDS
+
+    n = 2 * MESSAGE_RECORDS + 5
+    records = [Record(position=b"%d" % i, after=b"v") for i in range(n)]
+    messages, oversized = frame_records(records, None, "avro", 1 << 26, first_index=1)
+    assert not oversized and [len(indexes) for _, indexes in messages] == [MESSAGE_RECORDS, MESSAGE_RECORDS, 5]
+    assert [i for _, indexes in messages for i in indexes] == list(range(1, n + 1))
+    positions = [pb.position for data, _ in messages
+                 for pb in destination_pb2.Destination.Run.Request.FromString(data).records]
+    assert positions == [r.position for r in records]

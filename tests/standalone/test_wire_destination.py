@@ -16,13 +16,13 @@ import pytest
 
 from cdcflow.connectors.file import FileDestination
 from cdcflow.convert import jsonform
-from cdcflow.convert.protobuf import to_wire
+from cdcflow.convert.protobuf import to_batch
 from cdcflow.record import META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, Operation, Record
 from cdcflow.registry import load_registry
 from cdcflow.sdk import Destination
 from cdcflow.standalone import host as host_module
 from cdcflow.standalone.export import export_launcher
-from cdcflow.standalone.framing import encode_acks, frame_batches
+from cdcflow.standalone.framing import encode_acks
 from cdcflow.standalone.host import StandaloneDestination
 
 from helpers.standalone import write_plugin
@@ -99,7 +99,7 @@ def test_single_key_metadata_gives_the_same_bytes(tmp_path, plugin):
     assert plugin(out).write(batch) is None
     assert out.read_bytes() == in_process_file(tmp_path, [batch])
     # (and the kernel takes such a message when it is built)
-    message = frame_batches(to_wire(batch[:10]), 1 << 26)[0][0][0]
+    message = to_batch(batch[:10]).SerializeToString()
     assert jsonform._kernel is None or jsonform.dumps_wire(message) is not None
 
 
@@ -120,7 +120,7 @@ def test_a_malformed_request_fails_the_stream_after_the_good_ones(tmp_path, plug
     run = dst.proc.channel.stream_stream("/connector.v2.DestinationPlugin/Run", request_serializer=None,
                                          response_deserializer=None)
     good = [raw(i) for i in range(1, 4)]
-    ((message, _),) = frame_batches(to_wire(good), 1 << 20)[0]
+    message = to_batch(good).SerializeToString()
     responses = run(iter([message, b"\x0a\x05ab"]))  # the second: a record cut short
     assert next(responses) == encode_acks([r.position for r in good])
     with pytest.raises(grpc.RpcError) as info:
