@@ -8,9 +8,9 @@ line, (the same field change,) ``orjson.dumps`` it, write the lines to a file.
 
 Engine figures exclude Spark start-up (printed apart). Ratios are loop seconds / engine seconds
 (>= 1.0: cdcflow at least as fast). Rounds are interleaved (loop, engine, loop, engine ...) and the
-best of ``--repeat`` is kept, since the machine may be shared. CPU seconds of the whole engine run
-(the command and its reaped children: the JVM and Spark's Python workers, start-up included) are
-printed too; the ``running`` time is the command's own end-of-run figure.
+best of ``--repeat`` is kept, since the machine may be shared; the engine's time is the command's
+own end-of-run ``running`` figure. Compare a compiled kernel's worth by running it twice, the
+second time with ``CDCFLOW_KERNELS_OFF=_jsonform``.
 
     .venv/bin/python tests/benchmarks/bench_generic.py [--rows 1000000] [--master local[2]] [--repeat 3]
                                                        [--partitions N]
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -94,48 +93,24 @@ def loop(src: str, dst: str, field_set: bool) -> int:
 
 
 def engine(work: str, src: str, pid: str, field_set: bool, master: str,
-           partitions: int | None) -> tuple[float, float, float, int]:
-    """(seconds after start-up, start-up seconds, CPU seconds of the whole run, records written) of one
-    ``cdcflow run --until-idle`` in its own process (its CPU counts the JVM and the Python workers)."""
+           partitions: int | None) -> tuple[float, float, int]:
+    """(seconds after start-up, start-up seconds, records written) of one ``cdcflow run --until-idle``
+    in its own process."""
     dst = os.path.join(work, f"{pid}.out.jsonl")
     path = os.path.join(work, f"{pid}.yaml")
     with open(path, "w") as f:
         f.write(PIPELINE.format(pid=pid, src=src, dst=dst, processors=FIELD_SET if field_set else "",
                                 partitions=f'          partitions: "{partitions}"\n' if partitions else ""))
     cli = os.path.join(os.path.dirname(sys.executable), "cdcflow")
-    cpu0 = _cpu()
     run = subprocess.run([cli, "run", "--until-idle", "--master", master, "--state-dir",
                           os.path.join(work, pid + ".state"), path], capture_output=True, text=True)
-    cpu = _cpu() - cpu0
     timing = re.search(r"([0-9.]+)s running \+ ([0-9.]+)s Spark start-up", run.stdout + run.stderr)
     if run.returncode != 0 or timing is None:
         raise SystemExit(f"engine run failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
     with open(dst, "rb") as f:
         lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 22), b""))
     os.unlink(dst)
-    return float(timing.group(1)), float(timing.group(2)), cpu, lines
-
-
-def _cpu() -> float:
-    """CPU seconds of every reaped descendant: the run leaves its JVM (and so Spark's Python workers)
-    to exit on its own; this process is their subreaper, and waits for them first."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            time.sleep(0.1)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return c.ru_utime + c.ru_stime
-
-
-def _become_subreaper() -> None:
-    """Orphaned descendants (the JVM once ``cdcflow run`` exits) become this process's children."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    return float(timing.group(1)), float(timing.group(2)), lines
 
 
 def main() -> None:
@@ -145,7 +120,6 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--partitions", type=int, help="the file source's partitions setting (default: its default)")
     args = ap.parse_args()
-    _become_subreaper()
     work = tempfile.mkdtemp(prefix="bench_generic_")
     try:
         src = os.path.join(work, "in.jsonl")
@@ -155,21 +129,20 @@ def main() -> None:
               f"load={os.getloadavg()[0]:.1f}")
         for case, field_set in (("file -> file", False), ("file -> field.set -> file", True)):
             best_loop = best_engine = float("inf")
-            startup = cpu = 0.0
+            startup = 0.0
             for r in range(args.repeat):
                 t0 = time.perf_counter()
                 got = loop(src, os.path.join(work, "loop.jsonl"), field_set)
                 best_loop = min(best_loop, time.perf_counter() - t0)
                 assert got == args.rows, got
-                seconds, up, used, wrote = engine(work, src, f"{'set' if field_set else 'copy'}{r}", field_set,
+                seconds, up, wrote = engine(work, src, f"{'set' if field_set else 'copy'}{r}", field_set,
                                                   args.master, args.partitions)
                 assert wrote == args.rows, f"engine wrote {wrote} lines of {args.rows}"
                 if seconds < best_engine:
-                    best_engine, startup, cpu = seconds, up, used
+                    best_engine, startup = seconds, up
             n = args.rows
             print(f"{case:<28} cdcflow {n / best_engine:>10,.0f} rec/s   loop {n / best_loop:>10,.0f} rec/s   "
-                  f"ratio {best_loop / best_engine:.2f}   (start-up {startup:.1f} s, run CPU {cpu:.1f} s = "
-                  f"{cpu / n * 1e6:.1f} us/rec; loop {best_loop / n * 1e6:.1f} us/rec)")
+                  f"ratio {best_loop / best_engine:.2f}   (start-up {startup:.1f} s, not counted)")
         print(f"load after: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
