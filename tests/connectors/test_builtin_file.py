@@ -106,13 +106,18 @@ def test_source_resumes_after_a_position(reg, tmp_path):
     assert without_position(rest) == without_position(records[5:])
 
 
+def _file_with_a_bad_line(reg, path, before: int, bad: bytes) -> None:
+    """``before`` good records, the ``bad`` bytes, one good record."""
+    dest = destination(reg, path)
+    dest.write(generated(reg, before))
+    with open(path, "ab") as f:
+        f.write(bad)
+    dest.write(generated(reg, 1))
+
+
 def test_malformed_line_names_file_and_line(reg, tmp_path):
     path = tmp_path / "bad.jsonl"
-    dest = destination(reg, path)
-    dest.write(generated(reg, 2))
-    with open(path, "ab") as f:
-        f.write(b"\n{\"position\": \"AA==\", \"operation\": \"create\", \"payload\": \n")
-    dest.write(generated(reg, 1))
+    _file_with_a_bad_line(reg, path, 2, b"\n{\"position\": \"AA==\", \"operation\": \"create\", \"payload\": \n")
     with pytest.raises(MalformedLineError) as e:
         source(reg, path).read(100)
     assert e.value.line == 4 and e.value.path == str(path)
@@ -371,11 +376,7 @@ def test_split_readers_follow_a_growing_file(reg, tmp_path):
 
 def test_a_malformed_line_in_a_later_block_names_its_line(reg, tmp_path):
     path = tmp_path / "bad.jsonl"
-    dest = destination(reg, path)
-    dest.write(generated(reg, 5))
-    with open(path, "ab") as f:
-        f.write(b'{"position": "AA==", "operation": \n')
-    dest.write(generated(reg, 1))
+    _file_with_a_bad_line(reg, path, 5, b'{"position": "AA==", "operation": \n')
     bad_start = path.read_bytes().splitlines(keepends=True)
     offset = sum(map(len, bad_start[:5]))
     split = offset - 3  # the bad line starts in block 1: the second reader's
