@@ -15,6 +15,17 @@ source's lazy batch (``cdcflow.batch.RecordBatch``) is asked for its lines first
 Source: follows the file as it grows. A position is the byte offset just after
 a record's line (ASCII decimal), so a restart resumes at the next line. A last
 line without its newline is not consumed until the newline arrives.
+Several readers (``partitions``, each a Spark task) share one file, so a large file
+uses every core: the file is cut into ``split-size`` blocks dealt to the readers in
+turn (block k to reader k mod n, also the blocks the file grows into). A line belongs
+to the block holding its first byte: a reader finishes the line crossing its block's
+end, the next block's reader starts after the first newline at or after the byte
+before its block, as Hadoop's line reader does. Each reader keeps its lines in file
+order; the readers' batches reach the destination in the order they are written.
+
+Destination: several writers (one per source partition) append to one file; each
+batch stays whole and in its reader's order, the batches of different readers are
+interleaved in arrival order (Conduit's file destination writes in arrival order too).
 """
 
 from __future__ import annotations
@@ -39,6 +50,12 @@ log = logging.getLogger("cdcflow.connectors.file")
 
 SOURCE_PARAMS: dict[str, Parameter] = {
     "path": Parameter(ParamType.STRING, None, "Path of the file to read (followed while it grows).", required=True),
+    "partitions": Parameter(ParamType.INT, "2", "Readers of the file, each a partition (a Spark task): the file is cut "
+                            "in split-size blocks dealt to them in turn. Part of the positions: change it only "
+                            "with a new state directory.", greater_than=0),
+    "split-size": Parameter(ParamType.INT, str(16 << 20), "Bytes per block dealt to the readers (a line belongs to "
+                            "the block its first byte is in). Part of the positions, as partitions.",
+                            greater_than=0),
 }
 DESTINATION_PARAMS: dict[str, Parameter] = {
     "path": Parameter(ParamType.STRING, None, "Path of the file to append to (created if missing).", required=True),
@@ -225,7 +242,16 @@ class FileSource(Source):
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         self.path = str(config["path"])
-        self._file = None
+        self.readers = int(config["partitions"])
+        self.split_size = int(config["split-size"])
+        self._fd: int | None = None
+
+    def partitions(self) -> Sequence[str]:
+        """``"<i>/<n>/<split size>"`` per reader (``""``, the whole file, for one): the ids say what
+        each reads, so a restart with other settings finds no position of the old ones."""
+        if self.readers == 1:
+            return [""]
+        return [f"{i}/{self.readers}/{self.split_size}" for i in range(self.readers)]
 
     def open(self, position: bytes | None, partition: str = "") -> None:
         from cdcflow.schemas import default_store
@@ -233,64 +259,102 @@ class FileSource(Source):
         self._store = default_store()
         self._loads = _jsonform().loads_lines
         try:
-            self._offset = int(position.decode("ascii")) if position else 0
+            reader, readers, split = (int(x) for x in partition.split("/")) if partition else (0, 1, 0)
+        except ValueError:
+            raise CdcflowError(f"file source {self.path}: partition {partition!r} is not <i>/<n>/<split size>") from None
+        self._reader, self._readers, self._split = reader, readers, split
+        try:
+            offset = int(position.decode("ascii")) if position else 0
         except (UnicodeDecodeError, ValueError):
             raise CdcflowError(f"file source {self.path}: position {position!r} is not a byte offset") from None
-        self._buf = b""  # bytes after _offset that are read but not yet consumed
+        # _buf holds the file's bytes from _base on that are read but not consumed; while not
+        # _synced, _base is just before the current block and the first line start is not found yet
+        self._buf = b""
+        self._block = offset // split if readers > 1 else 0
+        if readers > 1 and self._block % readers != reader:  # the next line is another reader's
+            self._block += (reader - self._block) % readers
+            self._base, self._synced = self._block * split - 1, False
+        else:
+            self._base, self._synced = offset, True  # a position is always a line start
+        self._seen = offset  # the file was at least this long
         self._last: bytes | None = position or None
         self._open_file()
 
     def _open_file(self) -> bool:
-        if self._file is not None:
+        if self._fd is not None:
             return True
         try:
-            self._file = open(self.path, "rb", buffering=0)
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             return False  # not created yet: wait for it
-        self._file.seek(self._offset)
+        return True
+
+    def _fill(self) -> bool:
+        """Read the next chunk after the buffer; False at the end of the file (for now)."""
+        chunk = os.pread(self._fd, READ_CHUNK, self._base + len(self._buf))
+        if not chunk:
+            return False
+        self._buf += chunk
+        self._seen = max(self._seen, self._base + len(self._buf))
         return True
 
     def read(self, max_records: int) -> list[Record]:
         if not self._open_file():
             return []
-        size = os.fstat(self._file.fileno()).st_size
-        if size < self._offset + len(self._buf):
+        size = os.fstat(self._fd).st_size
+        if size < self._seen:
             raise FileTruncatedError(
                 f"file source {self.path}: file shrank to {size} bytes below the read offset "
-                f"{self._offset + len(self._buf)}; it was truncated or replaced")
+                f"{self._seen}; it was truncated or replaced")
         lines: list[bytes] = []
-        ends: list[int] = []
-        scanned = self._take_lines(lines, ends, 0, max_records)
-        while len(lines) < max_records:
-            chunk = self._file.read(READ_CHUNK)
-            if not chunk:
-                break
-            self._buf += chunk
-            scanned = self._take_lines(lines, ends, scanned, max_records)
-        if scanned == 0:
-            return []
+        ends: list[int] = []  # file offset just after each line
+        while len(lines) < max_records and self._take_lines(lines, ends, max_records):
+            pass
         records = self._parse(lines, ends) if lines else []
-        self._buf = self._buf[scanned:]
-        self._offset += scanned
         if records:
             self._last = records[-1].position
         return records
 
-    def _take_lines(self, lines: list[bytes], ends: list[int], pos: int, limit: int) -> int:
-        """Append complete non-blank lines of the buffer from ``pos`` (and the buffer
-        offset just after each) until ``limit``; return the offset scanned up to.
-        Blank lines are consumed without a record."""
-        buf = self._buf
+    def _take_lines(self, lines: list[bytes], ends: list[int], limit: int) -> bool:
+        """Append whole non-blank lines that start in this reader's blocks (and the file offset just
+        after each) until ``limit``; False when the file has no more for now. Blank lines are consumed
+        without a record. A line belongs to the block its first byte is in, so a reader finishes the
+        line that crosses its block's end, and the next block's reader starts after it, as Hadoop's
+        line reader does."""
+        if not self._synced and not self._sync():
+            return False
+        buf, base, pos = self._buf, self._base, 0
+        block_end = (self._block + 1) * self._split if self._readers > 1 else -1
         while len(lines) < limit:
+            if base + pos >= block_end >= 0:  # this block is done: on to this reader's next one
+                self._block += self._readers
+                self._buf, self._base, self._synced = b"", self._block * self._split - 1, False
+                return True
             nl = buf.find(b"\n", pos)
             if nl < 0:
-                break
+                self._buf, self._base = buf[pos:], base + pos
+                return self._fill()
             line = buf[pos:nl]
             if line and not line.isspace():
                 lines.append(line)
-                ends.append(nl + 1)
+                ends.append(base + nl + 1)
             pos = nl + 1
-        return pos
+        self._buf, self._base = buf[pos:], base + pos
+        return True
+
+    def _sync(self) -> bool:
+        """Find the first line start at or after the current block's start (the byte after the first
+        newline from the byte before it); False while the file does not hold it yet."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                break
+            self._base, self._buf = self._base + len(self._buf), b""
+            if not self._fill():
+                return False
+        self._base, self._buf = self._base + nl + 1, self._buf[nl + 1:]
+        self._synced = True
+        return True
 
     def _parse(self, lines: list[bytes], ends: list[int]) -> list[Record]:
         try:
@@ -300,9 +364,8 @@ class FileSource(Source):
             raise
         if len(records) != len(lines):
             raise CdcflowError(f"file source {self.path}: {len(lines)} lines gave {len(records)} records")
-        base = self._offset
         for rec, end in zip(records, ends):
-            rec.position = str(base + end).encode()
+            rec.position = str(end).encode()
         return records
 
     def _raise_for_bad_line(self, lines: list[bytes], ends: list[int]) -> None:
@@ -311,7 +374,7 @@ class FileSource(Source):
             try:
                 loads_record(line, self._store)
             except Exception:  # noqa: BLE001 - this is the bad line; parse again to name its number
-                start = self._offset + end - len(line) - 1
+                start = end - len(line) - 1
                 line_no = self._line_number(start)
                 try:
                     loads_record(line, self._store, line_no)
@@ -335,7 +398,7 @@ class FileSource(Source):
         return self._last
 
     def teardown(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 

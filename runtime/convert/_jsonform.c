@@ -858,11 +858,12 @@ enum { PART_KEY = 0, PART_PAYLOAD = 1 };
 enum { A_POSITION, A_OPERATION, A_METADATA, A_KEY, A_BEFORE, A_AFTER, A_COUNT };
 static const char *const attr_names[A_COUNT] = {"position", "operation", "metadata", "key", "before", "after"};
 
-/* The batch's output: a bytes object filled in place (returned without a copy), grown by
- * doubling. Each record is written into a small reused buffer first (hot in the cache) and
- * appended here once complete, so a record handed back leaves nothing to undo. */
+/* The batch's output: a PyMem buffer grown by doubling, copied into the returned bytes once
+ * (public API only: resizing a bytes object in place needs a private call). Each record is
+ * written into a small reused buffer first (hot in the cache) and appended here once
+ * complete, so a record handed back leaves nothing to undo. */
 typedef struct {
-    PyObject *bytes;
+    char *data;
     Py_ssize_t len, cap;
 } Output;
 
@@ -874,11 +875,15 @@ static int output_append(Output *out, const char *p, Py_ssize_t n)
             return -1;
         }
         Py_ssize_t cap = out->cap * 2 > out->len + n ? out->cap * 2 : out->len + n;
-        if (_PyBytes_Resize(&out->bytes, cap) < 0)
+        char *data = PyMem_Realloc(out->data, (size_t)cap);
+        if (data == NULL) {
+            PyErr_NoMemory();
             return -1;
+        }
+        out->data = data;
         out->cap = cap;
     }
-    memcpy(PyBytes_AS_STRING(out->bytes) + out->len, p, (size_t)n);
+    memcpy(out->data + out->len, p, (size_t)n);
     out->len += n;
     return 0;
 }
@@ -987,7 +992,7 @@ static int resolve_part(Batch *bt, int part, PyObject *metadata, PyObject *subje
 /* Append `len` bytes the previous record's line has at `at`. */
 static int put_again(tt_buf *b, const Batch *bt, Py_ssize_t at, Py_ssize_t len)
 {
-    return tt_buf_put(b, PyBytes_AS_STRING(bt->out->bytes) + bt->meta_base + at, len) < 0 ? TT_ERR : TT_OK;
+    return tt_buf_put(b, bt->out->data + bt->meta_base + at, len) < 0 ? TT_ERR : TT_OK;
 }
 
 /* The metadata entries ("k":"v",...) without braces. Records of a batch mostly share the dict
@@ -1302,8 +1307,9 @@ static PyObject *py_dumps(PyObject *mod, PyObject *args)
     if (tt_buf_init(&b, 4096) < 0)
         return NULL;
     Output output = {NULL, 0, 256 * (n ? n : 1)};
-    output.bytes = PyBytes_FromStringAndSize(NULL, output.cap);
-    if (output.bytes == NULL) {
+    output.data = PyMem_Malloc((size_t)output.cap);
+    if (output.data == NULL) {
+        PyErr_NoMemory();
         tt_buf_free(&b);
         return NULL;
     }
@@ -1326,12 +1332,11 @@ static PyObject *py_dumps(PyObject *mod, PyObject *args)
         if (r == TT_ERR)
             goto done;
     }
-    if (_PyBytes_Resize(&output.bytes, output.len) == 0) /* shrinks in place: no copy */
-        out = Py_NewRef(output.bytes);
+    out = PyBytes_FromStringAndSize(output.data, output.len);
 done:
     batch_forget(&bt);
     tt_buf_free(&b);
-    Py_XDECREF(output.bytes);
+    PyMem_Free(output.data);
     return out;
 }
 

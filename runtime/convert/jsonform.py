@@ -4,9 +4,10 @@
 "key": ..., "payload": {"before": ..., "after": ...}}`` — raw data is a base64
 string, structured data an object, absent data ``null``.
 
-Values JSON has no type for are written as text: bytes as base64, Decimal
-keeping its scale (``"1.50"``), dates/times as TiDB text (``2020-02-20``,
-``2020-02-20 02:20:20.123456``, ``-838:59:59``), NaN/±Infinity as
+Values JSON has no type for are written as text (``cdcflow.convert.textforms``):
+bytes as base64, Decimal keeping its scale (``"1.50"``), dates, datetimes and
+durations as ISO-8601-like text (``2020-02-20``, ``2020-02-20 02:20:20.123456``,
+``-838:59:59``), NaN/±Infinity as
 ``"NaN"``/``"Infinity"``/``"-Infinity"``; ints are exact JSON integers of any size.
 
 Lossless: with a schema store, the writer attaches the key/payload schema
@@ -47,9 +48,6 @@ from ..record import META_PAYLOAD_SCHEMA_SUBJECT as _PAYLOAD_SUBJECT
 from ..record import META_PAYLOAD_SCHEMA_VERSION as _PAYLOAD_VERSION
 from ..record import Operation, Record
 from ..schemas import SchemaStore
-from ..tidb import parse_date as _tidb_date
-from ..tidb import parse_datetime as _tidb_datetime
-from ..tidb import parse_time as _tidb_time
 from .protobuf import _metadata_of
 from .schemaref import (
     KEY,
@@ -66,11 +64,14 @@ from .schemaref import (
 from .textforms import (
     TEXT_FORMS,
     b64,
+    date_of,
+    datetime_of,
     decimal_text,
     parse_date,
     parse_datetime,
     parse_decimal,
     parse_time,
+    time_of,
     time_text,
     unb64,
 )
@@ -427,7 +428,7 @@ def _read_decimal_number(j: Any) -> Decimal:
     raise _Bad(f"expected decimal text, got {type(j).__name__}", j)
 
 
-# kind -> (what the error names, the textforms parser, the fast parser) for TiDB text values
+# kind -> (what the error names, the textforms parser, the fast parser) for text values
 _TEXT_KINDS = {
     "date": ("date", parse_date, "_pdate"),
     "datetime": ("datetime", parse_datetime, "_pdatetime"),
@@ -456,7 +457,7 @@ class _ReaderGen(Generator):
             "_bad_union": _bad_union, "_bad_union_object": _bad_union_object, "_bad_label": _bad_label,
             "_rfloat": _read_float, "_rb64": _read_b64, "_rdecnum": _read_decimal_number,
             "_DecErr": (InvalidOperation, ValueError, TypeError), "_pdecimal": parse_decimal,
-            "_pdate": _tidb_date, "_pdatetime": _tidb_datetime, "_ptime": _tidb_time,
+            "_pdate": date_of, "_pdatetime": datetime_of, "_ptime": time_of,
             "_tf_date": parse_date, "_tf_datetime": parse_datetime, "_tf_time": parse_time,
         })
 

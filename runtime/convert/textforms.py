@@ -1,9 +1,10 @@
-"""TiDB's text forms of values JSON cannot hold: dates, times, decimals, bytes.
+"""Text forms of the values JSON has no type for: dates, times, decimals, bytes.
 
-Shared by the JSON form and the Struct form so a value is written the same
-way in both (the rules themselves are ``cdcflow.tidb``'s): ``2020-02-20``, ``2020-02-20 02:20:20.123456`` (fraction only
-when non-zero), TIME ``-838:59:59[.ffffff]``, Decimal keeping its scale,
-bytes as standard base64.
+Shared by the JSON form and the Struct form so a value is written the same way in
+both. Plain ISO-8601 text, nothing database-specific: ``2020-02-20``,
+``2020-02-20 02:20:20.123456`` (a naive datetime, the fraction only when non-zero), a
+duration (``datetime.timedelta``) as ``[-]HH:MM:SS[.ffffff]`` whose hours may pass 24,
+Decimal keeping its scale, bytes as standard base64.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as _dt
+import re
 from typing import Any
 from decimal import Decimal, InvalidOperation
 
 from ..errors import ConversionError
-from ..tidb import format_date, format_datetime, format_time
-from ..tidb import parse_date as _parse_date
-from ..tidb import parse_datetime as _parse_datetime
-from ..tidb import parse_time as _parse_time
+
+_DATE, _DATETIME, _TIMEDELTA = _dt.date, _dt.datetime, _dt.timedelta
+_DURATION = re.compile(r"(-?)(\d{2,}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?")
 
 
 def b64(data: bytes) -> str:
@@ -34,16 +35,23 @@ def unb64(text: str, path: str = "") -> bytes:
 
 
 def date_text(value: _dt.date) -> str:
-    return format_date(value)
+    return value.isoformat()
 
 
 def datetime_text(value: _dt.datetime) -> str:
-    return format_datetime(value)
+    if value.tzinfo is not None:
+        raise ConversionError("datetime values are naive (no time zone)", value=value)
+    return value.isoformat(" ")
 
 
 def time_text(value: _dt.timedelta) -> str:
-    """TiDB TIME text; hours may exceed 24 and the value may be negative."""
-    return format_time(value)
+    """``[-]HH:MM:SS[.ffffff]``; hours may exceed 24 and the value may be negative."""
+    total = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if total < 0 else ""
+    secs, us = divmod(abs(total), 1_000_000)
+    mins, s = divmod(secs, 60)
+    h, m = divmod(mins, 60)
+    return f"{sign}{h:02d}:{m:02d}:{s:02d}.{us:06d}" if us else f"{sign}{h:02d}:{m:02d}:{s:02d}"
 
 
 def decimal_text(value: Decimal) -> str:
@@ -53,23 +61,49 @@ def decimal_text(value: Decimal) -> str:
     return str(value)
 
 
+def date_of(text: str) -> _dt.date:
+    """``YYYY-MM-DD`` only (no ISO week or basic forms); ValueError or TypeError otherwise."""
+    if len(text) != 10 or text[4] != "-" or text[7] != "-" or not text[:4].isdigit():
+        raise ValueError(f"not a date 'YYYY-MM-DD': {text!r}")
+    return _DATE.fromisoformat(text)
+
+
+def datetime_of(text: str) -> _dt.datetime:
+    """``YYYY-MM-DD HH:MM:SS[.f{1,6}]`` only (no ``T``, no zone); ValueError or TypeError otherwise."""
+    n = len(text)
+    if (not (n == 19 or 21 <= n <= 26) or text[10] != " " or text[4] != "-" or text[7] != "-"
+            or text[13] != ":" or text[16] != ":" or (n > 19 and (text[19] != "." or not text[20:].isdigit()))):
+        raise ValueError(f"not a datetime 'YYYY-MM-DD HH:MM:SS[.ffffff]': {text!r}")
+    return _DATETIME.fromisoformat(text)
+
+
+def time_of(text: str) -> _dt.timedelta:
+    """``[-]HH:MM:SS[.f{1,6}]`` to a timedelta; ValueError or TypeError otherwise."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a duration '[-]HH:MM:SS[.ffffff]': {text!r}")
+    sign, h, mi, s, frac = m.groups()
+    us = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
+    return _TIMEDELTA(microseconds=-us if sign else us)
+
+
 def parse_date(text: str, path: str = "") -> _dt.date:
     try:
-        return _parse_date(text)
+        return date_of(text)
     except (ValueError, TypeError):
         raise ConversionError(f"invalid date {text!r}", path=path or None, value=text) from None
 
 
 def parse_datetime(text: str, path: str = "") -> _dt.datetime:
     try:
-        return _parse_datetime(text)
+        return datetime_of(text)
     except (ValueError, TypeError):
         raise ConversionError(f"invalid datetime {text!r}", path=path or None, value=text) from None
 
 
 def parse_time(text: str, path: str = "") -> _dt.timedelta:
     try:
-        return _parse_time(text)
+        return time_of(text)
     except (ValueError, TypeError):
         raise ConversionError(f"invalid TIME {text!r}", path=path or None, value=text) from None
 

@@ -97,3 +97,27 @@ def test_value_not_matching_its_schema(store):
     with pytest.raises(ConversionError, match="line 1.*date") as info:
         loads_lines(tampered, store)
     assert info.value.path == "$.d"
+
+
+def test_the_generic_json_form_does_not_load_tidb():
+    """Issue 17: the OpenCDC JSON form is generic; TiDB's text rules live with the TiCDC connectors."""
+    import subprocess
+    import sys
+
+    probe = "import sys, cdcflow.convert.jsonform; print(sorted(m for m in sys.modules if 'tidb' in m))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("value, text", [
+    (dt.timedelta(hours=-838, minutes=-59, seconds=-59), "-838:59:59"),
+    (dt.timedelta(days=3, microseconds=5), "72:00:00.000005"),
+    (dt.timedelta(hours=1000), "1000:00:00"),  # a duration, not bounded to TiDB's TIME range
+    (dt.datetime(2020, 2, 20, 2, 20, 20, 123456), "2020-02-20 02:20:20.123456"),
+    (dt.date(2020, 2, 20), "2020-02-20"),
+])
+def test_text_forms_round_trip_through_a_line(value, text, store):
+    rec = Record(b"p", Operation.CREATE, {}, None, None, {"v": value})
+    line = dumps_record(rec, store)
+    assert json.loads(line)["payload"]["after"]["v"] == text
+    assert loads_record(line, store).after == {"v": value}

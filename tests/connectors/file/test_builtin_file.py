@@ -106,13 +106,18 @@ def test_source_resumes_after_a_position(reg, tmp_path):
     assert without_position(rest) == without_position(records[5:])
 
 
+def _file_with_a_bad_line(reg, path, before: int, bad: bytes) -> None:
+    """``before`` good records, the ``bad`` bytes, one good record."""
+    dest = destination(reg, path)
+    dest.write(generated(reg, before))
+    with open(path, "ab") as f:
+        f.write(bad)
+    dest.write(generated(reg, 1))
+
+
 def test_malformed_line_names_file_and_line(reg, tmp_path):
     path = tmp_path / "bad.jsonl"
-    dest = destination(reg, path)
-    dest.write(generated(reg, 2))
-    with open(path, "ab") as f:
-        f.write(b"\n{\"position\": \"AA==\", \"operation\": \"create\", \"payload\": \n")
-    dest.write(generated(reg, 1))
+    _file_with_a_bad_line(reg, path, 2, b"\n{\"position\": \"AA==\", \"operation\": \"create\", \"payload\": \n")
     with pytest.raises(MalformedLineError) as e:
         source(reg, path).read(100)
     assert e.value.line == 4 and e.value.path == str(path)
@@ -265,3 +270,118 @@ def test_written_pages_leave_the_page_cache_but_the_tail_page(reg, tmp_path):
     assert len(resident) > 8 and sum(resident) <= 2 and resident[-1]
     lines = path.read_bytes().splitlines()  # and everything is there
     assert len(lines) == 300 and [json.loads(x)["position"] for x in lines[:2]]
+
+
+def split_readers(reg, path, readers, split, positions=None):
+    """One opened source per partition the settings give (``positions``: partition -> position)."""
+    info = reg.connector("builtin:file")
+    settings = info.validate("source", {"path": str(path), "partitions": str(readers), "split-size": str(split)})
+    planner = info.new_source()
+    planner.configure(settings)
+    out = {}
+    for part in planner.partitions():
+        src = info.new_source()
+        src.configure(settings)
+        src.open((positions or {}).get(part), part)
+        out[part] = src
+    return out
+
+
+def drain(src, size=7):
+    out = []
+    while batch := src.read(size):
+        out += batch
+    return out
+
+
+def _uneven_file(reg, path):
+    """Records of very different line lengths, and blank lines between some of them."""
+    records = generated(reg, 40)
+    dest = destination(reg, path)
+    for i in range(0, 40, 3):
+        dest.write(records[i:i + 3])
+        dest.teardown()
+        with open(path, "ab") as f:
+            f.write(b"\n" if i % 2 else b"  \n")
+        dest = destination(reg, path)
+    dest.teardown()
+    return records
+
+
+def test_one_partition_is_the_whole_file_as_before(reg, tmp_path):
+    info = reg.connector("builtin:file")
+    src = info.new_source()
+    src.configure(info.validate("source", {"path": str(tmp_path / "x"), "partitions": "1"}))
+    assert list(src.partitions()) == [""]
+    src.configure(info.validate("source", {"path": str(tmp_path / "x")}))
+    assert list(src.partitions()) == ["0/2/16777216", "1/2/16777216"]
+
+
+@pytest.mark.parametrize("readers", [2, 3])
+def test_readers_of_a_split_file_get_every_line_once_in_order(reg, tmp_path, readers):
+    """Every split size from a third of a line to the whole file: each line
+    is read exactly once, by the reader of the block its first byte is in, with its exact position."""
+    path = tmp_path / "split.jsonl"
+    records = _uneven_file(reg, path)
+    data = path.read_bytes()
+    starts, ends = [], []
+    pos = 0
+    for line in data.split(b"\n")[:-1]:
+        if line.strip():
+            starts.append(pos)
+            ends.append(pos + len(line) + 1)
+        pos += len(line) + 1
+    lengths = sorted(e - s for s, e in zip(starts, ends))
+    for split in sorted({lengths[0] // 3, lengths[0] - 1, lengths[0], lengths[0] + 1, lengths[-1], 2 * lengths[-1] + 7,
+                         len(data) // readers, len(data)}):
+        got = {part: drain(src) for part, src in split_readers(reg, path, readers, split).items()}
+        for i, part in enumerate(got):
+            mine = [e for s, e in zip(starts, ends) if (s // split) % readers == i]
+            assert [int(r.position) for r in got[part]] == mine, (split, part)
+        every = sorted((r for rs in got.values() for r in rs), key=lambda r: int(r.position))
+        assert without_position(every) == without_position(records), split
+
+
+def test_split_readers_resume_at_their_positions(reg, tmp_path):
+    path = tmp_path / "resume.jsonl"
+    records = _uneven_file(reg, path)
+    split = len(path.read_bytes()) // 9
+    first = {part: src.read(4) for part, src in split_readers(reg, path, 2, split).items()}
+    positions = {part: rs[-1].position for part, rs in first.items()}
+    rest = {part: drain(src, 3) for part, src in split_readers(reg, path, 2, split, positions).items()}
+    whole = {part: drain(src, 100) for part, src in split_readers(reg, path, 2, split).items()}
+    for part in whole:
+        assert [r.position for r in first[part] + rest[part]] == [r.position for r in whole[part]]
+    assert sum(len(rs) for rs in whole.values()) == len(records)
+
+
+def test_split_readers_follow_a_growing_file(reg, tmp_path):
+    """Blocks the file grows into are dealt to the readers too; a reader whose block is not written
+    yet waits (``[]``), a line is not taken before its newline, and no line is read twice."""
+    path = tmp_path / "grow.jsonl"
+    records = generated(reg, 30)
+    readers = split_readers(reg, path, 2, 300)
+    assert all(src.read(10) == [] for src in readers.values())  # no file yet
+    got = []
+    whole = b"\n".join(_lines_of(reg, tmp_path, records)) + b"\n"
+    for cut in range(0, len(whole), 97):  # appended in pieces that end mid-line
+        with open(path, "ab") as f:
+            f.write(whole[cut:cut + 97])
+        for src in readers.values():
+            got += src.read(100)
+    size = path.stat().st_size
+    assert sorted(int(r.position) for r in got) == [i + 1 for i in range(size) if whole[i] == ord("\n")]
+    assert without_position(sorted(got, key=lambda r: int(r.position))) == without_position(records)
+
+
+def test_a_malformed_line_in_a_later_block_names_its_line(reg, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    _file_with_a_bad_line(reg, path, 5, b'{"position": "AA==", "operation": \n')
+    bad_start = path.read_bytes().splitlines(keepends=True)
+    offset = sum(map(len, bad_start[:5]))
+    split = offset - 3  # the bad line starts in block 1: the second reader's
+    srcs = split_readers(reg, path, 2, split)
+    assert len(drain(srcs["0/2/%d" % split])) == 5
+    with pytest.raises(MalformedLineError) as e:
+        drain(srcs["1/2/%d" % split])
+    assert (e.value.line, e.value.offset) == (6, offset)
