@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import cli, write_pipeline
+from helpers.engine import cli, write_pipeline
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.record import Operation, Record
 

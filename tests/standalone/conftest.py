@@ -1,4 +1,4 @@
-"""Fixtures of the standalone tests (helpers live in standalone_helpers.py)."""
+"""Fixtures of the standalone tests (helpers live in tests/helpers/standalone.py)."""
 
 from __future__ import annotations
 
