@@ -50,7 +50,7 @@ log = logging.getLogger("cdcflow.connectors.file")
 
 SOURCE_PARAMS: dict[str, Parameter] = {
     "path": Parameter(ParamType.STRING, None, "Path of the file to read (followed while it grows).", required=True),
-    "partitions": Parameter(ParamType.INT, "2", "Readers of the file, each a partition (a Spark task): the file is cut "
+    "partitions": Parameter(ParamType.INT, "1", "Readers of the file, each a partition (a Spark task): the file is cut "
                             "in split-size blocks dealt to them in turn. Part of the positions: change it only "
                             "with a new state directory.", greater_than=0),
     "split-size": Parameter(ParamType.INT, str(16 << 20), "Bytes per block dealt to the readers (a line belongs to "

@@ -308,12 +308,13 @@ def _uneven_file(reg, path):
     return records
 
 
-def test_one_partition_is_the_whole_file_as_before(reg, tmp_path):
+def test_one_partition_is_the_whole_file_by_default(reg, tmp_path):
+    """The default keeps the file's line order and the partition id state saved before splitting existed."""
     info = reg.connector("builtin:file")
     src = info.new_source()
-    src.configure(info.validate("source", {"path": str(tmp_path / "x"), "partitions": "1"}))
-    assert list(src.partitions()) == [""]
     src.configure(info.validate("source", {"path": str(tmp_path / "x")}))
+    assert list(src.partitions()) == [""]
+    src.configure(info.validate("source", {"path": str(tmp_path / "x"), "partitions": "2"}))
     assert list(src.partitions()) == ["0/2/16777216", "1/2/16777216"]
 
 
