@@ -48,6 +48,15 @@ def apply_each(records: Sequence[Record], steps: Iterable[Callable[[Record], Any
     steps = tuple(steps)
     out: list[Result] = []
     append = out.append
+    if len(steps) == 1:  # the common case, without the inner loop
+        step = steps[0]
+        for r in records:
+            try:
+                step(r)
+                append(r)
+            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+                append(failed(e))
+        return out
     for r in records:
         try:
             for step in steps:

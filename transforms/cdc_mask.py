@@ -88,15 +88,20 @@ class CdcMask(Transform):
 
     def process(self, records: Sequence[Record]) -> list[Result]:
         columns, replace, with_key = self._columns, self._replace, self._include_key
+        # plain column names are known per table without looking at the row's keys
+        fixed = columns.fixed_columns if columns.literals is not None else None
+        names = None
         for r in records:
             md = r.metadata
             if META_CONTROL in md:
                 continue
             collection = md.get(META_COLLECTION) or ""
+            if fixed is not None:
+                names = fixed(collection)
             for row in (r.before, r.after, r.key) if with_key else (r.before, r.after):
                 if type(row) is not dict:
                     continue
-                for column in columns.matching(collection, row):
+                for column in names if names is not None else columns.matching(collection, row):
                     value = row.get(column)
                     if value is not None:
                         row[column] = replace(value)

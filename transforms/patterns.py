@@ -71,15 +71,38 @@ class ColumnSet:
     whose columns were all seen before costs one set comparison.
     """
 
-    __slots__ = ("patterns", "_plans")
+    __slots__ = ("patterns", "literals", "_plans", "_fixed")
 
-    def __init__(self, patterns: Sequence[re.Pattern[str]]):
+    def __init__(self, patterns: Sequence[re.Pattern[str]], literals: Sequence[str] | None = None):
         self.patterns = list(patterns)
+        #: the pattern texts when every pattern is a plain name (no glob characters), else None
+        self.literals = list(literals) if literals is not None else None
         self._plans: dict[str, tuple[set[str], list[str], list[str]]] = {}
+        self._fixed: dict[str, list[str]] = {}
 
     @classmethod
     def parse(cls, text: str | None, regex: bool, plugin: str, parameter: str) -> "ColumnSet":
-        return cls([compile_pattern(p, regex, plugin, parameter) for p in split_list(text)])
+        texts = split_list(text)
+        literal = not regex and not any(ch in t for t in texts for ch in "*?[")
+        return cls([compile_pattern(p, regex, plugin, parameter) for p in texts], texts if literal else None)
+
+    def fixed_columns(self, collection: str) -> list[str]:
+        """For plain-name patterns only: every column name that can match in ``collection``,
+        known without seeing a row (``email`` → email; ``shop.users.email`` → email in shop.users)."""
+        columns = self._fixed.get(collection)
+        if columns is None:
+            if self.literals is None:
+                raise ValueError("fixed_columns needs plain-name patterns")
+            prefix = f"{collection}."
+            columns = []
+            for name in self.literals:
+                for column in (name, name[len(prefix):] if name.startswith(prefix) else None):
+                    if column and column not in columns:
+                        columns.append(column)
+            if len(self._fixed) >= _CACHE_LIMIT:
+                self._fixed.clear()
+            self._fixed[collection] = columns
+        return columns
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
