@@ -1227,8 +1227,7 @@ static int row_dicts(const records_plan *p, PyObject *const *values, PyObject **
 {
     Py_ssize_t ncols = PyTuple_GET_SIZE(p->names);
     *key = NULL;
-    /* presized like the dict display the Python builder uses: no resize while filling */
-    if ((*row = _PyDict_NewPresized(ncols)) == NULL)
+    if ((*row = PyDict_New()) == NULL)
         return -1;
     for (Py_ssize_t c = 0; c < ncols; c++)
         if (PyDict_SetItem(*row, PyTuple_GET_ITEM(p->names, c), values[c]) < 0)

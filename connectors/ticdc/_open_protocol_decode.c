@@ -878,7 +878,7 @@ static int column_value(Decoder *self, const ColumnPlan *col, Cursor *c, PyObjec
    is not one the kernel or its converter takes. */
 static int read_image(Decoder *self, const RowPlan *plan, Cursor *c, PyObject **row)
 {
-    PyObject *d = _PyDict_NewPresized(plan->ncols);
+    PyObject *d = PyDict_New();
     if (d == NULL)
         return ST_ERR;
     for (Py_ssize_t i = 0; i < plan->ncols; i++) {

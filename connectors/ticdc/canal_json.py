@@ -3,14 +3,14 @@
 One message is one JSON object: a DML row, a DDL statement or (with the TiDB
 extension) a ``TIDB_WATERMARK``. Every column value is a JSON string in TiDB's
 text form (see ``docs/codec-canal-json.md``); this module turns those strings
-into the native values of ``cdcflow.tidb`` and back.
+into the native values of ``cdcflow.connectors.ticdc.tidb`` and back.
 
 Hot paths: the column model and per-column converters are built once per table
 (and cached), a message then costs one ``orjson`` call plus one converter call
 per non-NULL value.
 
 The text forms shared with the CSV and open-protocol codecs (DECIMAL, dates and
-times, floats) are ``cdcflow.tidb``'s; the ``*_text`` / ``parse_*`` names here are aliases.
+times, floats) are ``cdcflow.connectors.ticdc.tidb``'s; the ``*_text`` / ``parse_*`` names here are aliases.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from cdcflow.connectors.ticdc.events import (
     RowChange,
 )
 from cdcflow.params import option_bool
-from cdcflow.tidb import (
+from cdcflow.connectors.ticdc.tidb import (
     BINARY_TYPES,
     INLINE_NAMES,
     INTEGER_TYPES,
@@ -65,7 +65,7 @@ from cdcflow.tidb import (
     parse_date,
     parse_datetime,
 )
-from cdcflow.tidb import parse_time as _parse_time_any
+from cdcflow.connectors.ticdc.tidb import parse_time as _parse_time_any
 
 CODEC = "canal-json"
 
@@ -139,7 +139,7 @@ class CanalJsonOptions:
 
 
 # --------------------------------------------------------------------------- TiDB text forms
-# The one implementation lives in ``cdcflow.tidb``; these names stay for callers of this module.
+# The one implementation lives in ``cdcflow.connectors.ticdc.tidb``; these names stay for callers of this module.
 
 _ValueProblem = ValueMismatch
 decimal_text = format_decimal

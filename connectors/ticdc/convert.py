@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping
 
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from .errors import UnrepresentableValue, UnsupportedEvent
 from .events import Event, RowChange

@@ -40,7 +40,7 @@ from cdcflow.connectors.ticdc.events import (DELETE, INSERT, UPDATE, RowChange, 
                                              rows_to_records)
 from cdcflow.errors import ConfigError
 from cdcflow.record import Operation, Record
-from cdcflow.tidb import (
+from cdcflow.connectors.ticdc.tidb import (
     BINARY_TYPES,
     FLOAT_TYPES,
     INLINE_NAMES,
@@ -54,8 +54,8 @@ from cdcflow.tidb import (
     parse_date,
     parse_datetime,
 )
-from cdcflow.tidb import ValueMismatch as _ValueProblem
-from cdcflow.tidb import format_go_float as go_float_text
+from cdcflow.connectors.ticdc.tidb import ValueMismatch as _ValueProblem
+from cdcflow.connectors.ticdc.tidb import format_go_float as go_float_text
 
 CODEC = "csv"
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")

@@ -27,7 +27,7 @@ import orjson
 from cdcflow import accel
 from cdcflow.errors import ConfigError
 from cdcflow.record import META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, Operation, Record
-from cdcflow.tidb import (
+from cdcflow.connectors.ticdc.tidb import (
     BINARY_TYPES,
     INLINE_NAMES,
     Column,
@@ -37,10 +37,10 @@ from cdcflow.tidb import (
     parse_date,
     parse_datetime,
 )
-from cdcflow.tidb import format_date as date_text
-from cdcflow.tidb import format_datetime as datetime_text
-from cdcflow.tidb import format_decimal as decimal_text
-from cdcflow.tidb import format_time as time_text
+from cdcflow.connectors.ticdc.tidb import format_date as date_text
+from cdcflow.connectors.ticdc.tidb import format_datetime as datetime_text
+from cdcflow.connectors.ticdc.tidb import format_decimal as decimal_text
+from cdcflow.connectors.ticdc.tidb import format_time as time_text
 
 # TiDB's text forms of DECIMAL and temporal values have one implementation, shared
 # by the text codecs; open protocol writes the same text inside JSON strings.

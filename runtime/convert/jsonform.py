@@ -47,9 +47,9 @@ from ..record import META_PAYLOAD_SCHEMA_SUBJECT as _PAYLOAD_SUBJECT
 from ..record import META_PAYLOAD_SCHEMA_VERSION as _PAYLOAD_VERSION
 from ..record import Operation, Record
 from ..schemas import SchemaStore
-from ..tidb import parse_date as _tidb_date
-from ..tidb import parse_datetime as _tidb_datetime
-from ..tidb import parse_time as _tidb_time
+from cdcflow.connectors.ticdc.tidb import parse_date as _tidb_date
+from cdcflow.connectors.ticdc.tidb import parse_datetime as _tidb_datetime
+from cdcflow.connectors.ticdc.tidb import parse_time as _tidb_time
 from .protobuf import _metadata_of
 from .schemaref import (
     KEY,

@@ -1,7 +1,7 @@
 """TiDB's text forms of values JSON cannot hold: dates, times, decimals, bytes.
 
 Shared by the JSON form and the Struct form so a value is written the same
-way in both (the rules themselves are ``cdcflow.tidb``'s): ``2020-02-20``, ``2020-02-20 02:20:20.123456`` (fraction only
+way in both (the rules themselves are ``cdcflow.connectors.ticdc.tidb``'s): ``2020-02-20``, ``2020-02-20 02:20:20.123456`` (fraction only
 when non-zero), TIME ``-838:59:59[.ffffff]``, Decimal keeping its scale,
 bytes as standard base64.
 """
@@ -15,10 +15,10 @@ from typing import Any
 from decimal import Decimal, InvalidOperation
 
 from ..errors import ConversionError
-from ..tidb import format_date, format_datetime, format_time
-from ..tidb import parse_date as _parse_date
-from ..tidb import parse_datetime as _parse_datetime
-from ..tidb import parse_time as _parse_time
+from cdcflow.connectors.ticdc.tidb import format_date, format_datetime, format_time
+from cdcflow.connectors.ticdc.tidb import parse_date as _parse_date
+from cdcflow.connectors.ticdc.tidb import parse_datetime as _parse_datetime
+from cdcflow.connectors.ticdc.tidb import parse_time as _parse_time
 
 
 def b64(data: bytes) -> str:

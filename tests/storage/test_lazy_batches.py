@@ -22,7 +22,7 @@ from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, to_record
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from storage_helpers import make_destination, make_source
 from test_roundtrip import _input_records

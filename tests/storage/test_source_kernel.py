@@ -17,7 +17,7 @@ from cdcflow.connectors.storage.source import StorageReadError
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from storage_helpers import make_destination, make_source, read_all
 from test_roundtrip import _input_records

@@ -17,7 +17,7 @@ from cdcflow.connectors.ticdc import canal_json as cj
 from cdcflow.connectors.ticdc.errors import CodecError, MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, to_record
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from strategies import rows, tables
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cdcflow.connectors.ticdc import canal_json as cj
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from strategies import tables_and_rows, values
 from leakcheck import traced_growth

@@ -17,7 +17,7 @@ from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableVal
 from cdcflow.connectors.ticdc.events import RowChange, to_record
 from cdcflow.errors import ConfigError
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 EMPLOYEE = TableSchema("hr", "employee", (
     Column("Id", "INT", nullable=False),
@@ -412,7 +412,7 @@ def test_fast_writer_leaves_odd_values_to_the_careful_writer():
 @given(st.one_of(st.floats(), st.floats(-1e7, 1e7), st.floats(-1e-3, 1e-3), st.integers(), st.none(),
                  st.sampled_from([0.0, -0.0, 1e-4, -1e-4, 1e6, -1e6, 999999.9999999999, 9.999999999999999e-05])))
 def test_inline_go_float_expr_equals_format_go_float(value):
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     def outcome(fn):
         try:

@@ -22,7 +22,7 @@ from cdcflow.connectors.ticdc.errors import MalformedMessage
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.convert import jsonform
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from leakcheck import traced_growth
 
 pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")

@@ -22,7 +22,7 @@ from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import RowChange, records_plan
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from leakcheck import traced_growth
 
 _csv = pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")

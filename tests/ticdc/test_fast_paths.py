@@ -119,7 +119,7 @@ def test_batch_record_mapping_equals_per_record(data, kinds, extra):
 def test_canal_json_fast_path_falls_back_for_bad_value():
     """A value that does not fit its column still raises the error naming the column."""
     from cdcflow.connectors.ticdc.errors import UnrepresentableValue
-    from cdcflow.tidb import Column, TableSchema
+    from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
     table = TableSchema("s", "t", (Column("id", "BIGINT", handle_key=True, primary_key=True, nullable=False),
                                    Column("n", "INT")))
@@ -150,7 +150,7 @@ def test_memoised_dates_stay_exact_and_bounded():
     import datetime
 
     from cdcflow.connectors.ticdc.errors import MalformedMessage
-    from cdcflow.tidb import Column, TableSchema
+    from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
     table = TableSchema("s", "t", (Column("id", "BIGINT", handle_key=True, primary_key=True, nullable=False),
                                    Column("d", "DATE")))
@@ -164,7 +164,7 @@ def test_memoised_dates_stay_exact_and_bounded():
         dec.decode(bad)
     with pytest.raises(MalformedMessage):
         dec.decode(bad)  # not remembered
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     memo = {}
     for i in range(tidb.DATE_MEMO_SIZE + 10):
@@ -175,7 +175,7 @@ def test_memoised_dates_stay_exact_and_bounded():
 # --------------------------------------------------------------------------- inline text forms
 
 def _inline(expr_of, name_space_extra=None):
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     ns = dict(tidb.INLINE_NAMES, **(name_space_extra or {}))
     exec(f"def f(v):\n    return {expr_of}\n", ns)
@@ -203,8 +203,8 @@ _WRONG = st.one_of(st.integers(), st.text(max_size=4), st.none(), st.floats(), s
 @given(scale=st.one_of(st.none(), st.integers(0, 6)), fsp=st.one_of(st.none(), st.integers(0, 6)),
        value=st.one_of(_DECIMALS, _DATETIMES, st.dates(), st.floats(), _WRONG))
 def test_inline_text_expr_equals_formatter(scale, fsp, value):
-    from cdcflow import tidb
-    from cdcflow.tidb import Column
+    from cdcflow.connectors.ticdc import tidb
+    from cdcflow.connectors.ticdc.tidb import Column
 
     cases = [(Column("c", "DECIMAL", scale=scale), lambda v: tidb.format_decimal(v, scale)),
              (Column("c", "DATETIME", fsp=fsp), lambda v: tidb.format_datetime(v, fsp)),
@@ -233,7 +233,7 @@ _DT_CHARS = st.sampled_from(list("0123456789-: .TZ+,W"))
     st.tuples(st.integers(1, 9999), st.integers(1, 52), st.integers(1, 7), st.times().map(str)).map(
         lambda t: f"{t[0]:04d}-W{t[1]:02d}-{t[2]} {t[3]}")))
 def test_inline_parse_expr_equals_parser(text):
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     def parse_or_raise(parser):
         def run(v):

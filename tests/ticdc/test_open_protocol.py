@@ -16,7 +16,7 @@ from cdcflow.connectors.ticdc import open_protocol as op
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, to_record
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from strategies import tables_and_rows
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import open_protocol as op
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from strategies import tables_and_rows
 from leakcheck import traced_growth

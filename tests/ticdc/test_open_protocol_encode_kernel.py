@@ -28,7 +28,7 @@ from cdcflow.connectors.ticdc.events import (
 )
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from strategies import tables_and_rows
 from leakcheck import traced_growth

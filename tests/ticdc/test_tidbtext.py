@@ -1,4 +1,4 @@
-"""runtime/_c/tidbtext.h against cdcflow.tidb, through _canal_json's thin test entry points.
+"""runtime/_c/tidbtext.h against cdcflow.connectors.ticdc.tidb, through _canal_json's thin test entry points.
 
 Each C text function must give exactly the text of the Python fast path (``tidb.inline_text_expr``,
 ``inline_go_float_expr``; ``format_time`` for TIME) and "not handled" (None) exactly where that fast
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow import tidb
+from cdcflow.connectors.ticdc import tidb
 from cdcflow.connectors.ticdc import canal_json as cj
 from leakcheck import traced_growth
 
