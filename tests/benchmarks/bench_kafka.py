@@ -266,7 +266,7 @@ def main() -> None:
             if args.sink:
                 cfg = work / "sink.yaml"
                 AdminClient({"bootstrap.servers": broker.bootstrap_servers}).create_topics(
-                    [NewTopic("bench-back", PARTITIONS)])["bench-back"].result(15)
+                    [NewTopic("bench-back", PARTITIONS)])["bench-back"].result(60)
                 cfg.write_text(SINK.format(path=work / "engine.jsonl", servers=broker.bootstrap_servers,
                                            topic="bench-back", protocol=args.protocol))
                 cp, _ = _run(cfg, work)
