@@ -1,16 +1,10 @@
-"""TiCDC's canal-json protocol, both directions, as pure functions over bytes.
+"""What canal-json's encoder and decoder share: the options, TiDB's value texts (the text forms
+are ``cdcflow.connectors.ticdc.tidb``'s; the ``*_text`` / ``parse_*`` names here are aliases)
+and ``mysqlType`` <-> column model.
 
-One message is one JSON object: a DML row, a DDL statement or (with the TiDB
-extension) a ``TIDB_WATERMARK``. Every column value is a JSON string in TiDB's
-text form (see ``docs/codec-canal-json.md``); this module turns those strings
-into the native values of ``cdcflow.tidb`` and back.
-
-Hot paths: the column model and per-column converters are built once per table
-(and cached), a message then costs one ``orjson`` call plus one converter call
-per non-NULL value.
-
-The text forms shared with the CSV and open-protocol codecs (DECIMAL, dates and
-times, floats) are ``cdcflow.tidb``'s; the ``*_text`` / ``parse_*`` names here are aliases.
+One message is one JSON object: a DML row, a DDL statement or (with the TiDB extension) a
+``TIDB_WATERMARK``; every column value is a JSON string in TiDB's text form (see
+``docs/codec-canal-json.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""CSV reader: the bytes of a TiCDC CSV data file -> rows, column-wise values, records or JSON-form lines."""
+"""CSV reader: the bytes of a TiCDC CSV data file -> rows, column-wise values, records or
+JSON-form lines.
+
+The usual options (one-character delimiter, a quote character, ``\\r\\n``/``\\n`` terminator) go
+through the C ``csv`` module (or the ``_csv`` kernel); an exact tokenizer reads the rest and also
+settles what the C reader cannot see, whether a field equal to the NULL text was quoted.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""TiCDC's CSV protocol (storage sink), both directions, as pure functions over bytes.
+"""What the CSV writer and reader share: ``CsvOptions`` (TiCDC's ``[sink.csv]``), the header line
+and each column's text form in both directions.
 
-A CSV row carries no types: the reader is given the table's columns (from the
-storage schema file of that table version). Layout, quoting and escaping follow
-TiCDC (see ``docs/codec-csv.md``): string-typed values are quoted, numbers,
-booleans and NULL never; with an empty ``quote`` backslash escaping is used.
-
-Decoding takes a fast path through the C ``csv`` module for the usual options
-(one-character delimiter, a quote character, ``\\r\\n``/``\\n`` terminator) and
-an exact tokenizer otherwise; the exact one also settles the one thing the C
-reader cannot see, whether a field equal to the NULL text was quoted.
+A CSV row carries no types: the reader is given the table's columns (from the storage schema
+file of that table version). Layout, quoting and escaping follow TiCDC (see
+``docs/codec-csv.md``): string-typed values are quoted, numbers, booleans and NULL never; with
+an empty ``quote`` backslash escaping is used.
 """
 
 from __future__ import annotations

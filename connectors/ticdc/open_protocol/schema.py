@@ -1,14 +1,10 @@
-"""TiCDC open protocol: batch-framed JSON keys and values, both directions.
+"""What open protocol's encoder and decoder share: the wire constants, Go string quoting, number
+forms and the MySQL type codes and column flags <-> column model.
 
-Pure functions over bytes (no I/O). A Kafka key is the batch version (1) then
-repeated ``[8-byte big-endian length][key JSON]``; the value is repeated
-``[length][value JSON]``, the n-th value belonging to the n-th key. See
-``docs/codec-open-protocol.md`` for the wire shape and for what the format does
-not carry (decimal scale/precision, ENUM/SET elements, fsp, lengths, defaults).
-
-The decoder builds one ``TableSchema`` per distinct column signature and keeps
-per-column converters with it, so a batch of rows of one table costs one dict
-lookup per row plus one converter call per non-NULL value.
+A Kafka key is the batch version (1) then repeated ``[8-byte big-endian length][key JSON]``; the
+value is repeated ``[length][value JSON]``, the n-th value belonging to the n-th key. See
+``docs/codec-open-protocol.md`` for the wire shape and for what the format does not carry
+(decimal scale/precision, ENUM/SET elements, fsp, lengths, defaults).
 """
 
 from __future__ import annotations
