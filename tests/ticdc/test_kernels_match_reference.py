@@ -29,7 +29,7 @@ from cdcflow.connectors.ticdc.canal_json import decode as cj_decode
 from cdcflow.connectors.ticdc.canal_json import encode as cj_encode
 from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.csv import encode as tcsv_encode
-from cdcflow.connectors.ticdc.events import INSERT, RowChange, from_records, to_records
+from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_records
 from cdcflow.connectors.ticdc.open_protocol import decode as op_decode
 from cdcflow.connectors.ticdc.open_protocol import encode as op_encode
 from cdcflow.schemas import SchemaStore
