@@ -28,7 +28,7 @@ from cdcflow.errors import CdcflowError, ConfigError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import META_COLLECTION, META_CREATED_AT, Operation, Record
 from cdcflow.sdk import Source
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 PLUGIN = "generator"
 OPERATIONS = ("create", "update", "delete", "snapshot")
@@ -181,7 +181,7 @@ def _decimal(rng: random.Random, precision: int, scale: int, signed: bool) -> De
 
 
 def _column_value(col: Column, variant: int, rng: random.Random) -> Any:
-    """The native value (see cdcflow.tidb) of ``col`` for one row."""
+    """The native value (see cdcflow.connectors.ticdc.tidb) of ``col`` for one row."""
     if variant == NULL and col.nullable:
         return None
     t = col.type

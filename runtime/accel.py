@@ -22,10 +22,10 @@ KERNELS: tuple[str, ...] = (
     "cdcflow._avro_decode",
     "cdcflow._avro_encode",
     "cdcflow.convert._jsonform",
-    "cdcflow.connectors.ticdc._canal_json",
-    "cdcflow.connectors.ticdc._csv",
-    "cdcflow.connectors.ticdc._open_protocol_decode",
-    "cdcflow.connectors.ticdc._open_protocol_encode",
+    "cdcflow.connectors.ticdc.canal_json._canal_json",
+    "cdcflow.connectors.ticdc.csv._csv",
+    "cdcflow.connectors.ticdc.open_protocol._open_protocol_decode",
+    "cdcflow.connectors.ticdc.open_protocol._open_protocol_encode",
 )
 
 ENV_OFF = "CDCFLOW_PURE_PYTHON"

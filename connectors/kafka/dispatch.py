@@ -13,7 +13,7 @@ import decimal
 import zlib
 from typing import Any, Callable
 
-from cdcflow.tidb import TableSchema, format_date, format_datetime, format_decimal, format_time
+from cdcflow.connectors.ticdc.tidb import TableSchema, format_date, format_datetime, format_decimal, format_time
 
 from ..ticdc.events import RowChange
 

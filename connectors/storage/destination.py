@@ -24,7 +24,7 @@ from cdcflow.connectors.ticdc.events import DELETE, DDLEvent, ResolvedEvent, Row
 from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Destination
-from cdcflow.tidb import TableSchema
+from cdcflow.connectors.ticdc.tidb import TableSchema
 
 from . import layout, schemafile
 from .settings import PLUGIN, StorageSettings, resolve

@@ -25,7 +25,7 @@ from typing import Any
 
 from cdcflow.connectors.ticdc.canal_json import ddl_elements
 from cdcflow.errors import CdcflowError
-from cdcflow.tidb import BINARY_TYPES, FLOAT_TYPES, INTEGER_TYPES, TEXT_TYPES, Column, TableSchema, format_date
+from cdcflow.connectors.ticdc.tidb import BINARY_TYPES, FLOAT_TYPES, INTEGER_TYPES, TEXT_TYPES, Column, TableSchema, format_date
 
 #: protocol version of the storage sink written into every schema file
 PROTOCOL_VERSION = 1

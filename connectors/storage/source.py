@@ -31,7 +31,7 @@ from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
 from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
-from cdcflow.tidb import TableSchema
+from cdcflow.connectors.ticdc.tidb import TableSchema
 
 from . import layout, schemafile
 from .settings import StorageSettings, resolve

@@ -30,7 +30,7 @@ from cdcflow.avro_codegen import Generator, Unsupported
 from cdcflow.avro_values import codec_for
 from cdcflow.errors import ConfigError, ConversionError, InfrastructureError, SchemaError
 from cdcflow.record import Record
-from cdcflow.tidb import (
+from cdcflow.connectors.ticdc.tidb import (
     BINARY_TYPES,
     Column,
     TableSchema,

@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Mapping
 
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from .errors import UnrepresentableValue, UnsupportedEvent
 from .events import Event, RowChange
-from .open_protocol import float32_short, to_float32
+from .open_protocol.schema import float32_short, to_float32
 
 AVRO, CANAL_JSON, CSV, OPEN_PROTOCOL = "avro", "canal-json", "csv", "open-protocol"
 FORMATS = (AVRO, CANAL_JSON, CSV, OPEN_PROTOCOL)

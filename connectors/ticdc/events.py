@@ -17,7 +17,7 @@ from itertools import repeat as _repeat
 from operator import attrgetter
 from operator import ne as _ne
 
-from cdcflow.tidb import TableSchema
+from cdcflow.connectors.ticdc.tidb import TableSchema
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
 

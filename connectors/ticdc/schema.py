@@ -7,7 +7,7 @@ Avro record schema whose field types make the row dict conform (so the
 lossless protobuf/JSON forms reuse it, see ``cdcflow.avro_values``) and whose
 field properties keep the column facts:
 
-    {"type": "record", "name": "t1", "namespace": "cdcflow.tidb.db1",
+    {"type": "record", "name": "t1", "namespace": "cdcflow.connectors.ticdc.tidb.db1",
      "cdcflow.table": {"schema": "db1", "table": "t1", "version": 0},
      "fields": [{"name": "id", "type": "long",
                  "cdcflow.column": {"type": "BIGINT", "nullable": false, "handle_key": true, ...}},
@@ -41,7 +41,7 @@ from cdcflow.record import (
     META_PAYLOAD_SCHEMA_VERSION,
     Record,
 )
-from cdcflow.tidb import BINARY_TYPES, FLOAT_TYPES, INTEGER_TYPES, Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import BINARY_TYPES, FLOAT_TYPES, INTEGER_TYPES, Column, TableSchema
 
 from .events import (
     CONTROL_DDL,
@@ -218,7 +218,7 @@ def _record_schema(table: TableSchema, columns, key: bool) -> dict:
     return {
         "type": "record",
         "name": sanitize_name(table.table),
-        "namespace": "cdcflow.tidb." + sanitize_name(table.schema),
+        "namespace": "cdcflow.connectors.ticdc.tidb." + sanitize_name(table.schema),
         TABLE_PROP: props,
         "fields": fields,
     }

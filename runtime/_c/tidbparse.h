@@ -1,6 +1,6 @@
 /* tidbparse.h: TiDB text forms -> Python values, fast path only (owner: helper "csv").
  *
- * The Python parsers (runtime/tidb.py parse_*, and int / float / decimal.Decimal as the codecs
+ * The Python parsers (connectors/ticdc/tidb.py parse_*, and int / float / decimal.Decimal as the codecs
  * call them) stay the reference. Each function here takes the common, canonical shape of a
  * value's text and builds exactly what the Python parser returns for it; for any other text
  * (signs, spaces, underscores, exponents where not listed, non-ASCII digits, out-of-range

@@ -4,7 +4,7 @@
  * `static`, so each extension module compiles its own copy; the only state is what tt_init()
  * fetches once at module init (the datetime C API and decimal.Decimal).
  *
- * The texts mirror cdcflow.tidb's fast paths exactly (inline_text_expr, inline_go_float_expr,
+ * The texts mirror cdcflow.connectors.ticdc.tidb's fast paths exactly (inline_text_expr, inline_go_float_expr,
  * format_time). Whenever the Python fast path would take its slow branch, a tt_text_* function
  * writes nothing and returns TT_PASS, and the caller hands the value (or its row) back to Python,
  * which formats it or raises the typed error with context.

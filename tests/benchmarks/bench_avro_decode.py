@@ -24,7 +24,7 @@ from timing import cpu_per_record
 from cdcflow import avro_values
 from cdcflow.avro_values import Codec
 from cdcflow.connectors.ticdc.schema import table_schema_avro
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 TIDB_TABLE = TableSchema("shop", "every_type", (
     Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),

@@ -23,7 +23,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions, StoreRegistry
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 TABLE = TableSchema("shop", "orders", (
     Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),

@@ -18,7 +18,7 @@ from cdcflow.connectors.ticdc import canal_json as cj
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import RowChange, from_records, records_to_rows, to_records
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from timing import best_rates
 
 TABLE = TableSchema("shop", "orders", (

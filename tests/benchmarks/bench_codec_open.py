@@ -24,7 +24,7 @@ from cdcflow.connectors.ticdc import open_protocol as op
 from cdcflow.heap import keep_freed_memory
 from cdcflow.connectors.ticdc.events import RowChange, to_record, to_records
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from timing import best_rates
 
 TABLE = TableSchema("shop", "orders", (

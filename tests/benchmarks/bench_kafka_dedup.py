@@ -15,7 +15,7 @@ import time
 
 from cdcflow.connectors.kafka.consistency import Dedup
 from cdcflow.connectors.ticdc.events import RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
 TABLE = TableSchema("shop", "orders", (

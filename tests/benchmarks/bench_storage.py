@@ -41,7 +41,7 @@ from cdcflow.connectors.storage.source import StorageSource
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
 from cdcflow.params import validate
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 TABLES = 4
 FILES = 20

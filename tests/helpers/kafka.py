@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from cdcflow.connectors.kafka import DESTINATION_PARAMS, SOURCE_PARAMS, KafkaDestination, KafkaSource
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, to_record
 from cdcflow.params import validate
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 ORDERS = TableSchema("shop", "orders", (
     Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),

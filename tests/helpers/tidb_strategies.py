@@ -1,7 +1,7 @@
 """Hypothesis strategies for TiDB tables and rows, shared by every codec's tests.
 
 Values are valid TiDB values for their column (ranges, lengths, fsp, elements)
-and native per ``cdcflow.tidb``'s docstring; extremes are drawn often.
+and native per ``cdcflow.connectors.ticdc.tidb``'s docstring; extremes are drawn often.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 
 from hypothesis import strategies as st
 
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 INT_RANGES = {  # type -> (signed min, signed max, unsigned max)
     "TINYINT": (-(2**7), 2**7 - 1, 2**8 - 1),

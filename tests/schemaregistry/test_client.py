@@ -23,7 +23,7 @@ from cdcflow.schemaregistry.client import (
     SubjectNotFoundError,
     split_credentials,
 )
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 
 def test_register_lookup_latest(schema_registry, unique_name):

@@ -29,7 +29,7 @@ from cdcflow.schemaregistry.client import (
     RegistryUnavailableError,
     SchemaNotFoundError,
 )
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 TABLE = TableSchema("shop", "orders", (
     Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),

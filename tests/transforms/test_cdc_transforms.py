@@ -15,7 +15,7 @@ from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, Re
 from cdcflow.errors import ConfigError
 from cdcflow.record import Operation, Record
 from cdcflow.sdk import FILTERED, Failed
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 
 def row(collection: str, after: dict | None = None, **md: str) -> Record:

@@ -11,7 +11,7 @@ from cdcflow.errors import ConfigError
 from cdcflow.record import META_COLLECTION, Operation
 from cdcflow.registry import load_registry
 from cdcflow.schemas import default_store
-from cdcflow.tidb import ALL_TYPES
+from cdcflow.connectors.ticdc.tidb import ALL_TYPES
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cdcflow.connectors.kafka import consistency
 from cdcflow.connectors.kafka.consistency import Dedup
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 
 def _table(name: str, keyed: bool) -> TableSchema:

@@ -20,7 +20,7 @@ from cdcflow.convert import jsonform
 from cdcflow.record import Operation
 from cdcflow.schemaregistry.client import RegistryClient
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.kafka import (
     ORDERS, DDLEvent, ResolvedEvent, create_topic, make_destination, make_source, raw_messages, read_all, record,
     row, tso,

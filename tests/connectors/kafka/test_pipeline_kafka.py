@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.schemaregistry.client import RegistryClient
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.kafka import ORDERS, create_topic, raw_messages, row, tso
 
 REPO = Path(__file__).resolve().parents[3]

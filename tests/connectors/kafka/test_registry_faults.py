@@ -27,7 +27,7 @@ from cdcflow.connectors.ticdc.avro import AvroDecoder
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.dev.registry import RegistryService
 from cdcflow.schemaregistry.client import RegistryClient
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.kafka import create_topic, raw_messages, tso
 
 ITEMS = TableSchema("shop", "items", (

@@ -35,7 +35,7 @@ from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder, CanalJsonOptio
 from cdcflow.connectors.ticdc.events import META_COMMIT_TS, META_RESOLVED_TS
 from cdcflow.connectors.ticdc.open_protocol import OpenProtocolEncoder
 from cdcflow.record import META_COLLECTION, Operation
-from cdcflow.tidb import TableSchema
+from cdcflow.connectors.ticdc.tidb import TableSchema
 from helpers.kafka import ORDERS, DDLEvent, ResolvedEvent, RowChange, create_topic, make_source, row, tso
 
 ITEMS = TableSchema("shop", "items", ORDERS.columns)

@@ -13,7 +13,7 @@ from cdcflow.connectors.storage.source import StorageReadError
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, RowChange, to_record
 from cdcflow.errors import ConfigError
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.storage import make_destination, read_all
 

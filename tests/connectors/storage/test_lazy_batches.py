@@ -19,16 +19,17 @@ import pytest
 from cdcflow.batch import RecordBatch
 from cdcflow.connectors.storage.source import StorageBatch
 from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, to_record
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.storage import make_destination, make_source
 from test_roundtrip import _input_records
 from test_source_kernel import strict
 
-pytestmark = pytest.mark.skipif(tcsv._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
 STAMP = {"conduit.source.connector.id": "p:src", "conduit.source.plugin.name": "builtin:storage",
          "conduit.source.plugin.version": "v0.1.0"}

@@ -10,7 +10,7 @@ from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS, GeneratorS
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, from_record, to_record
 from cdcflow.params import validate
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column
+from cdcflow.connectors.ticdc.tidb import Column
 
 from helpers.storage import make_destination, read_all
 

@@ -15,14 +15,15 @@ import pytest
 
 from cdcflow.connectors.storage.source import StorageReadError
 from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
 from cdcflow.schemas import default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.storage import make_destination, make_source, read_all
 from test_roundtrip import _input_records
 
-pytestmark = pytest.mark.skipif(tcsv._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
 OPTIONS = [
     {"include-commit-ts": "true"},
@@ -39,7 +40,7 @@ def strict(batch) -> list:
 
 def pure_python(monkeypatch, fn):
     with monkeypatch.context() as m:
-        m.setattr(tcsv, "_kernel", None)
+        m.setattr(tcsv_decode, "_kernel", None)
         return fn()
 
 

@@ -24,7 +24,7 @@ from cdcflow.connectors.storage.source import StorageReadError, StorageRootError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, from_record
 from cdcflow.convert.jsonform import loads_lines
 from cdcflow.schemas import SchemaStore, default_store
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.storage import make_destination, make_source, read_all
 

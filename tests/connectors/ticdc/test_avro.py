@@ -26,7 +26,7 @@ from cdcflow.connectors.ticdc.errors import (
 )
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, ResolvedEvent, RowChange
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 KEY = Column("id", "INT", nullable=False, primary_key=True, handle_key=True)
 

@@ -31,7 +31,7 @@ from cdcflow.connectors.ticdc.avro import (
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange
 from cdcflow.record import Record
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 CODEC = "avro"
 _INT_TYPES = ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "BIGINT")

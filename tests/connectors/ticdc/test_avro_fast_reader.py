@@ -26,7 +26,7 @@ from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions
 from cdcflow.connectors.ticdc.errors import CodecError, MalformedMessage
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange
 from cdcflow.record import Record
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from test_avro import malformed_cases
 

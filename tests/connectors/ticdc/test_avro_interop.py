@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions, build_schema, schema_text
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 TABLE = TableSchema("shop", "orders", (
     Column("id", "BIGINT", unsigned=True, nullable=False, primary_key=True, handle_key=True),

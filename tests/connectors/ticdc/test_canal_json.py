@@ -14,10 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import canal_json as cj
+from cdcflow.connectors.ticdc.canal_json import decode as cj_decode
+from cdcflow.connectors.ticdc.canal_json import schema as cj_schema
 from cdcflow.connectors.ticdc.errors import CodecError, MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, to_record
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.tidb_strategies import rows, tables
 
@@ -213,7 +215,7 @@ def test_without_extension_commit_ts_comes_from_es():
 def test_handle_key_only_and_claim_check_messages_are_recognised():
     t = _table()
     ev = RowChange(t, "delete", TSO, {"id": 9}, None,
-                   {cj.META_ONLY_HANDLE_KEY: "true", cj.META_CLAIM_CHECK_LOCATION: "s3://b/claim/1.json"})
+                   {cj_decode.META_ONLY_HANDLE_KEY: "true", cj_decode.META_CLAIM_CHECK_LOCATION: "s3://b/claim/1.json"})
     msg = cj.CanalJsonEncoder(EXT).encode(ev)
     obj = orjson.loads(msg)
     assert obj["_tidb"] == {"commitTs": TSO, "onlyHandleKey": True, "claimCheckLocation": "s3://b/claim/1.json"}
@@ -221,7 +223,7 @@ def test_handle_key_only_and_claim_check_messages_are_recognised():
     back = cj.CanalJsonDecoder().decode(msg)
     assert back.row == {"id": 9} and back.extra == ev.extra
     rec = to_record(back, b"")
-    assert rec.metadata[cj.META_ONLY_HANDLE_KEY] == "true" and rec.key == {"id": 9}
+    assert rec.metadata[cj_decode.META_ONLY_HANDLE_KEY] == "true" and rec.key == {"id": 9}
     # the claim-check file holds the full message
     full = cj.CanalJsonEncoder(EXT).encode(RowChange(t, "delete", TSO, _row(id=9)))
     claim = orjson.dumps({"key": base64.b64encode(b"k").decode(), "value": base64.b64encode(full).decode()})
@@ -231,20 +233,20 @@ def test_handle_key_only_and_claim_check_messages_are_recognised():
 
 
 def test_float_and_decimal_text_forms():
-    assert cj.float_text(1e22) == "10000000000000000000000"
-    assert cj.float_text(1.5e-07) == "0.00000015"
-    assert cj.float_text(2.0) == "2" and cj.float_text(-0.5) == "-0.5"
-    assert cj.decimal_text(decimal.Decimal("1.5"), 4) == "1.5000"
-    assert cj.decimal_text(decimal.Decimal("0E-30"), 30) == "0." + "0" * 30
-    with pytest.raises(cj._ValueProblem):
-        cj.decimal_text(decimal.Decimal("1.23456"), 4)
-    with pytest.raises(cj._ValueProblem):
-        cj.float_text(float("nan"))
-    assert cj.time_text(datetime.timedelta(hours=838, minutes=59, seconds=59), 0) == "838:59:59"
+    assert cj_schema.float_text(1e22) == "10000000000000000000000"
+    assert cj_schema.float_text(1.5e-07) == "0.00000015"
+    assert cj_schema.float_text(2.0) == "2" and cj_schema.float_text(-0.5) == "-0.5"
+    assert cj_schema.decimal_text(decimal.Decimal("1.5"), 4) == "1.5000"
+    assert cj_schema.decimal_text(decimal.Decimal("0E-30"), 30) == "0." + "0" * 30
+    with pytest.raises(cj_schema._ValueProblem):
+        cj_schema.decimal_text(decimal.Decimal("1.23456"), 4)
+    with pytest.raises(cj_schema._ValueProblem):
+        cj_schema.float_text(float("nan"))
+    assert cj_schema.time_text(datetime.timedelta(hours=838, minutes=59, seconds=59), 0) == "838:59:59"
     assert cj.parse_time("-837:59:59.5") == -datetime.timedelta(hours=837, minutes=59, seconds=59.5)
     with pytest.raises(ValueError, match="out of range"):
         cj.parse_time("838:59:59.5")
-    assert cj.datetime_text(datetime.datetime(2020, 1, 1), 3) == "2020-01-01 00:00:00.000"
+    assert cj_schema.datetime_text(datetime.datetime(2020, 1, 1), 3) == "2020-01-01 00:00:00.000"
 
 
 def test_options_from_config():

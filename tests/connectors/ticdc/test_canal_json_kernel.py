@@ -14,14 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import canal_json as cj
+from cdcflow.connectors.ticdc.canal_json import encode as cj_encode
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.tidb_strategies import tables_and_rows, values
 from helpers.leakcheck import traced_growth
 
-kernel = pytest.importorskip("cdcflow.connectors.ticdc._canal_json", reason="canal-json kernel not built")
+kernel = pytest.importorskip("cdcflow.connectors.ticdc.canal_json._canal_json", reason="canal-json kernel not built")
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -33,7 +34,7 @@ OPTIONS = st.builds(cj.CanalJsonOptions, enable_tidb_extension=st.booleans(), co
 @pytest.fixture(autouse=True)
 def _kernel_on(monkeypatch):
     """Other tests may have switched the kernel off; these need it on."""
-    monkeypatch.setattr(cj, "_kernel", kernel)
+    monkeypatch.setattr(cj_encode, "_kernel", kernel)
 
 
 def _outcome(fn):
@@ -50,7 +51,7 @@ def _both(monkeypatch, events, options, now=NOW):
         return _outcome(lambda: enc.encode_many(events)), [_outcome(lambda e=e: enc.encode(e)) for e in events]
     with_kernel = run()
     with monkeypatch.context() as m:
-        m.setattr(cj, "_kernel", None)
+        m.setattr(cj_encode, "_kernel", None)
         python = run()
     return with_kernel, python
 
@@ -223,7 +224,7 @@ def test_errors_carry_the_column(monkeypatch):
 
 def test_kernel_is_used_and_can_be_switched_off(monkeypatch):
     assert cj.CanalJsonEncoder()._plan(TABLE).kernel is not None
-    monkeypatch.setattr(cj, "_kernel", None)
+    monkeypatch.setattr(cj_encode, "_kernel", None)
     assert cj.CanalJsonEncoder()._plan(TABLE).kernel is None
 
 

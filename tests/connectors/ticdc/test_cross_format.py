@@ -18,7 +18,7 @@ from cdcflow.connectors.ticdc.avro import StoreRegistry
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 F = convert.FORMATS
 OPTIONS = {

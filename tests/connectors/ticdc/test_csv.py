@@ -13,11 +13,14 @@ from hypothesis import strategies as st
 from helpers.tidb_strategies import rows, tables
 
 from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
+from cdcflow.connectors.ticdc.csv import encode as tcsv_encode
+from cdcflow.connectors.ticdc.csv import options as tcsv_options
 from cdcflow.connectors.ticdc.errors import MalformedMessage, UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import RowChange, to_record
 from cdcflow.errors import ConfigError
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 EMPLOYEE = TableSchema("hr", "employee", (
     Column("Id", "INT", nullable=False),
@@ -288,9 +291,9 @@ def _row_wise(dec: tcsv.CsvDecoder, data: bytes) -> list[RowChange]:
 
 
 def _careful_lines(events, table, o: tcsv.CsvOptions) -> bytes:
-    w = tcsv._Writer(table, o)
+    w = tcsv_encode._Writer(table, o)
     head = [tcsv.header_line(table, o)] if o.output_field_header else []
-    return "".join(head + [w.line(tcsv._OPS[e.kind], e.commit_ts, e.row, e.kind == "update") for e in events]).encode()
+    return "".join(head + [w.line(tcsv_options._OPS[e.kind], e.commit_ts, e.row, e.kind == "update") for e in events]).encode()
 
 
 @st.composite
@@ -348,7 +351,7 @@ def _many(n: int, null_at: int | None = None) -> list[RowChange]:
 
 def test_column_wise_decode_across_chunks_with_nulls_and_header():
     o = tcsv.CsvOptions(include_commit_ts=True, output_field_header=True)
-    events = _many(3 * tcsv._COLUMN_CHUNK + 17, null_at=2 * tcsv._COLUMN_CHUNK + 5)
+    events = _many(3 * tcsv_decode._COLUMN_CHUNK + 17, null_at=2 * tcsv_decode._COLUMN_CHUNK + 5)
     data = tcsv.encode_rows(events, MANY, o)
     assert data == _careful_lines(events, MANY, o)
     dec = tcsv.CsvDecoder(MANY, o)
@@ -412,7 +415,7 @@ def test_fast_writer_leaves_odd_values_to_the_careful_writer():
 @given(st.one_of(st.floats(), st.floats(-1e7, 1e7), st.floats(-1e-3, 1e-3), st.integers(), st.none(),
                  st.sampled_from([0.0, -0.0, 1e-4, -1e-4, 1e6, -1e6, 999999.9999999999, 9.999999999999999e-05])))
 def test_inline_go_float_expr_equals_format_go_float(value):
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     def outcome(fn):
         try:

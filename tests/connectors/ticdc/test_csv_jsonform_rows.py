@@ -18,15 +18,16 @@ from hypothesis import strategies as st
 from helpers.tidb_strategies import columns, rows, tables, values
 
 from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.errors import MalformedMessage
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.convert import jsonform
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.leakcheck import traced_growth
 
-pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")
-pytestmark = pytest.mark.skipif(tcsv._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytest.importorskip("cdcflow.connectors.ticdc.csv._csv", reason="the CSV kernel is not built")
+pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STORE = SchemaStore()
@@ -294,7 +295,7 @@ def test_extra_keys_the_rows_have_leave_it_to_python():
 def test_with_the_kernel_off_it_hands_back(monkeypatch):
     table = bench_table()
     raw = tcsv.encode_table_rows(table, ["insert"], [1], list(bench_rows(1)), None, tcsv.CsvOptions())
-    monkeypatch.setattr(tcsv, "_kernel", None)
+    monkeypatch.setattr(tcsv_decode, "_kernel", None)
     assert tcsv.CsvDecoder(table, tcsv.CsvOptions()).transcode(raw, STORE) is None
 
 

@@ -19,13 +19,15 @@ from hypothesis import strategies as st
 from helpers.tidb_strategies import rows, tables
 
 from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
+from cdcflow.connectors.ticdc.csv import encode as tcsv_encode
 from cdcflow.connectors.ticdc.events import RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.leakcheck import traced_growth
 
-_csv = pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")
+_csv = pytest.importorskip("cdcflow.connectors.ticdc.csv._csv", reason="the CSV kernel is not built")
 
-pytestmark = pytest.mark.skipif(tcsv._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
 OPTIONS = [
     tcsv.CsvOptions(),
@@ -62,12 +64,12 @@ def outcome(fn):
 def both(fn):
     """(outcome with the kernel, outcome of the pure-Python path)."""
     with_kernel = outcome(fn)
-    saved = tcsv._kernel
-    tcsv._kernel = None
+    saved = tcsv_decode._kernel
+    tcsv_decode._kernel = tcsv_encode._kernel = None  # the reader's and the writer's reference
     try:
         pure = outcome(fn)
     finally:
-        tcsv._kernel = saved
+        tcsv_decode._kernel = tcsv_encode._kernel = saved
     return with_kernel, pure
 
 
@@ -80,7 +82,7 @@ def assert_same_decode(table: TableSchema, o: tcsv.CsvOptions, data: bytes, star
 
 
 def kernel_takes(table: TableSchema, o: tcsv.CsvOptions, data: bytes) -> bool:
-    plan = tcsv._decode_plan(table, o)
+    plan = tcsv_decode._decode_plan(table, o)
     return plan is not None and _csv.decode(plan, data, o.output_field_header) is not None
 
 
@@ -198,9 +200,9 @@ def test_decode_takes_canonical_texts_of_every_kind():
 def test_decode_hands_back_what_python_rejects_with_its_position():
     o = tcsv.CsvOptions(include_commit_ts=True)
     bad = b'"I","kinds","db",7,1,1.5,1.000,2024-02-30,\\N,\\N,\\N,\\N,\\N,\\N,\\N\r\n'
-    plan = tcsv._decode_plan(KINDS, o)
+    plan = tcsv_decode._decode_plan(KINDS, o)
     assert _csv.decode(plan, bad, False) is None
-    with pytest.raises(tcsv.MalformedMessage, match=r"f.csv line 1, column 8 \(day\)"):
+    with pytest.raises(tcsv_decode.MalformedMessage, match=r"f.csv line 1, column 8 \(day\)"):
         tcsv.CsvDecoder(KINDS, o, source="f.csv").decode(bad)
 
 
@@ -248,20 +250,20 @@ def test_encode_generated_rows_equals_python_and_is_taken(data, which, header):
     o = OPTIONS[which]
     k, p = both(lambda: tcsv.encode_rows(batch, table, o, header))
     assert k == p
-    w = tcsv._writer(table, o)
+    w = tcsv_encode._writer(table, o)
     if w.plan is not None and k[0] == "ok":
         assert _csv.encode(w.plan, [e.kind for e in batch], [e.commit_ts for e in batch],
                            [e.row for e in batch]) is not None
 
 
 def test_encode_plan_covers_the_usual_options_and_forms():
-    w = tcsv._writer(KINDS, tcsv.CsvOptions(include_commit_ts=True))
+    w = tcsv_encode._writer(KINDS, tcsv.CsvOptions(include_commit_ts=True))
     assert w.plan is not None
-    assert [c[1] for c in w.plan[-1]] == [tcsv._EK_INT, tcsv._EK_GO_FLOAT, tcsv._EK_DECIMAL, tcsv._EK_DATE,
-                                          tcsv._EK_DATETIME, tcsv._EK_CALL, tcsv._EK_BASE64, tcsv._EK_STR,
-                                          tcsv._EK_STR, tcsv._EK_INT, tcsv._EK_STR]
-    assert tcsv._writer(KINDS, tcsv.CsvOptions(quote="")).plan is None
-    assert tcsv._writer(KINDS, tcsv.CsvOptions(output_old_value=True)).plan is None
+    assert [c[1] for c in w.plan[-1]] == [tcsv_encode._EK_INT, tcsv_encode._EK_GO_FLOAT, tcsv_encode._EK_DECIMAL, tcsv_encode._EK_DATE,
+                                          tcsv_encode._EK_DATETIME, tcsv_encode._EK_CALL, tcsv_encode._EK_BASE64, tcsv_encode._EK_STR,
+                                          tcsv_encode._EK_STR, tcsv_encode._EK_INT, tcsv_encode._EK_STR]
+    assert tcsv_encode._writer(KINDS, tcsv.CsvOptions(quote="")).plan is None
+    assert tcsv_encode._writer(KINDS, tcsv.CsvOptions(output_old_value=True)).plan is None
 
 
 # --------------------------------------------------------------------------- leaks
@@ -278,7 +280,7 @@ def test_no_leak_over_repeated_batches_including_hand_backs_and_errors():
     dicts = [e.row for e in rows_]
     odd = dicts[:-1] + [{**dicts[-1], "d": decimal.Decimal("1.23456")}]  # the careful writer raises
     decode_plan = dec._kernel_plan
-    encode_plan = tcsv._writer(KINDS, o).plan
+    encode_plan = tcsv_encode._writer(KINDS, o).plan
 
     def work():
         for _ in range(300):
@@ -305,7 +307,7 @@ def test_fields_beyond_the_csv_field_size_limit_go_back_to_python():
     try:
         o = tcsv.CsvOptions()
         data = b'"I","kinds","db",1,\\N,\\N,\\N,\\N,\\N,\\N,"' + b"x" * 20 + b'",\\N,\\N,\\N\r\n'
-        assert tcsv._decode_plan(KINDS, o)[-1] == 16
+        assert tcsv_decode._decode_plan(KINDS, o)[-1] == 16
         assert not kernel_takes(KINDS, o, data)
         assert_same_decode(KINDS, o, data)
     finally:

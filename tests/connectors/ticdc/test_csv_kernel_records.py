@@ -19,15 +19,16 @@ from hypothesis import strategies as st
 from helpers.tidb_strategies import rows, tables
 
 from cdcflow.connectors.ticdc import csv as tcsv
+from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import RowChange, records_plan
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.leakcheck import traced_growth
 
-_csv = pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")
+_csv = pytest.importorskip("cdcflow.connectors.ticdc.csv._csv", reason="the CSV kernel is not built")
 
-pytestmark = pytest.mark.skipif(tcsv._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 OPTIONS = [
@@ -52,12 +53,12 @@ def strict_records(records: list[Record]) -> list:
 
 
 def python_path(fn):
-    saved = tcsv._kernel
-    tcsv._kernel = None
+    saved = tcsv_decode._kernel
+    tcsv_decode._kernel = None
     try:
         return fn()
     finally:
-        tcsv._kernel = saved
+        tcsv_decode._kernel = saved
 
 
 @st.composite

@@ -21,7 +21,7 @@ from cdcflow.connectors.ticdc.avro import StoreRegistry
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue
 from cdcflow.connectors.ticdc.events import INSERT, RowChange
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 TABLE = TableSchema("db", "t", (
     Column("id", "INT", nullable=False, primary_key=True, handle_key=True),

@@ -20,7 +20,7 @@ from cdcflow.connectors.ticdc.events import (
 from cdcflow.errors import RecordError
 from cdcflow.record import META_CONTROL, Operation, Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 ORDERS = TableSchema("shop", "orders", (
     Column("id", "BIGINT", unsigned=True, nullable=False, primary_key=True, handle_key=True),

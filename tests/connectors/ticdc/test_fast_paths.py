@@ -12,6 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import canal_json as cj
+from cdcflow.connectors.ticdc.canal_json import decode as cj_decode
+from cdcflow.connectors.ticdc.canal_json import encode as cj_encode
+from cdcflow.connectors.ticdc.open_protocol import decode as op_decode
+from cdcflow.connectors.ticdc.open_protocol import encode as op_encode
 from cdcflow.connectors.ticdc import events as ev_mod
 from cdcflow.connectors.ticdc import open_protocol as op
 from cdcflow.connectors.ticdc.events import RowChange, from_record, from_records, to_record, to_records
@@ -57,8 +61,8 @@ def test_canal_json_fast_encode_equals_general(monkeypatch, data, kinds, ext, ch
     def encode():  # a fresh encoder each time: plans (and their generated code) are cached per encoder
         enc = cj.CanalJsonEncoder(opts, now_ms=lambda: 1_700_000_000_123)
         return enc.encode_many(events), [enc.encode(e) for e in events]
-    monkeypatch.setattr(cj, "_kernel", None)  # the Python fast path against the general one (kernel: its own tests)
-    fast, general = _encode_both(monkeypatch, encode, cj, "_compile_message",
+    monkeypatch.setattr(cj_encode, "_kernel", None)  # the Python fast path against the general one (kernel: its own tests)
+    fast, general = _encode_both(monkeypatch, encode, cj_encode, "_compile_message",
                                  lambda plan, table, changed_only: lambda ev, now: None)
     assert fast == general
 
@@ -69,13 +73,13 @@ def test_open_protocol_fast_encode_equals_general(monkeypatch, data, kinds):
     table, rows = data
     events = _events(table, rows, kinds)
     def no_fast(row):
-        raise op._NotFast
+        raise op_encode._NotFast
     def encode():
         enc = op.OpenProtocolEncoder()
         return enc.encode(events)
     fast = encode()
     with monkeypatch.context() as m:
-        m.setattr(op, "_compile_image", lambda table, columns: no_fast)
+        m.setattr(op_encode, "_compile_image", lambda table, columns: no_fast)
         general = encode()
     assert fast == general
 
@@ -87,7 +91,7 @@ def test_open_protocol_fast_decode_equals_general(monkeypatch, data, kinds):
     messages = op.OpenProtocolEncoder().encode(_events(table, rows, kinds))
     fast = op.OpenProtocolDecoder({table.collection: table}).decode_many(messages)
     with monkeypatch.context() as m:
-        m.setattr(op, "_compile_convert", lambda specs: lambda image: None)
+        m.setattr(op_decode, "_compile_convert", lambda specs: lambda image: None)
         general = op.OpenProtocolDecoder({table.collection: table}).decode_many(messages)
     assert [(e.kind, e.commit_ts, e.row, e.old) for e in fast] == [(e.kind, e.commit_ts, e.row, e.old)
                                                                    for e in general]
@@ -119,7 +123,7 @@ def test_batch_record_mapping_equals_per_record(data, kinds, extra):
 def test_canal_json_fast_path_falls_back_for_bad_value():
     """A value that does not fit its column still raises the error naming the column."""
     from cdcflow.connectors.ticdc.errors import UnrepresentableValue
-    from cdcflow.tidb import Column, TableSchema
+    from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
     table = TableSchema("s", "t", (Column("id", "BIGINT", handle_key=True, primary_key=True, nullable=False),
                                    Column("n", "INT")))
@@ -138,7 +142,7 @@ def test_canal_json_fast_decode_equals_general(monkeypatch, data, kinds, ext):
     messages = enc.encode_many(_events(table, rows, kinds))
     fast = cj.CanalJsonDecoder({table.collection: table}).decode_many(messages)
     with monkeypatch.context() as m:
-        m.setattr(cj, "_compile_values", lambda table, columns: lambda texts: None)
+        m.setattr(cj_decode, "_compile_values", lambda table, columns: lambda texts: None)
         general = cj.CanalJsonDecoder({table.collection: table}).decode_many(messages)
     assert [(e.table, e.kind, e.commit_ts, e.row, e.old) for e in fast] == \
         [(e.table, e.kind, e.commit_ts, e.row, e.old) for e in general]
@@ -150,7 +154,7 @@ def test_memoised_dates_stay_exact_and_bounded():
     import datetime
 
     from cdcflow.connectors.ticdc.errors import MalformedMessage
-    from cdcflow.tidb import Column, TableSchema
+    from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
     table = TableSchema("s", "t", (Column("id", "BIGINT", handle_key=True, primary_key=True, nullable=False),
                                    Column("d", "DATE")))
@@ -164,7 +168,7 @@ def test_memoised_dates_stay_exact_and_bounded():
         dec.decode(bad)
     with pytest.raises(MalformedMessage):
         dec.decode(bad)  # not remembered
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     memo = {}
     for i in range(tidb.DATE_MEMO_SIZE + 10):
@@ -175,7 +179,7 @@ def test_memoised_dates_stay_exact_and_bounded():
 # --------------------------------------------------------------------------- inline text forms
 
 def _inline(expr_of, name_space_extra=None):
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     ns = dict(tidb.INLINE_NAMES, **(name_space_extra or {}))
     exec(f"def f(v):\n    return {expr_of}\n", ns)
@@ -203,8 +207,8 @@ _WRONG = st.one_of(st.integers(), st.text(max_size=4), st.none(), st.floats(), s
 @given(scale=st.one_of(st.none(), st.integers(0, 6)), fsp=st.one_of(st.none(), st.integers(0, 6)),
        value=st.one_of(_DECIMALS, _DATETIMES, st.dates(), st.floats(), _WRONG))
 def test_inline_text_expr_equals_formatter(scale, fsp, value):
-    from cdcflow import tidb
-    from cdcflow.tidb import Column
+    from cdcflow.connectors.ticdc import tidb
+    from cdcflow.connectors.ticdc.tidb import Column
 
     cases = [(Column("c", "DECIMAL", scale=scale), lambda v: tidb.format_decimal(v, scale)),
              (Column("c", "DATETIME", fsp=fsp), lambda v: tidb.format_datetime(v, fsp)),
@@ -233,7 +237,7 @@ _DT_CHARS = st.sampled_from(list("0123456789-: .TZ+,W"))
     st.tuples(st.integers(1, 9999), st.integers(1, 52), st.integers(1, 7), st.times().map(str)).map(
         lambda t: f"{t[0]:04d}-W{t[1]:02d}-{t[2]} {t[3]}")))
 def test_inline_parse_expr_equals_parser(text):
-    from cdcflow import tidb
+    from cdcflow.connectors.ticdc import tidb
 
     def parse_or_raise(parser):
         def run(v):

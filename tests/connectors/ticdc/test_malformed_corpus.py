@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cdcflow.connectors.ticdc import open_protocol as op
 from cdcflow.connectors.ticdc.errors import CodecError, MalformedMessage
 from cdcflow.connectors.ticdc.events import RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 L = struct.Struct(">Q").pack
 ROW_KEY = b'{"ts":1,"scm":"s","tbl":"t","t":1}'

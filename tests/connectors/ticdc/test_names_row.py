@@ -13,7 +13,7 @@ import pytest
 from cdcflow.connectors.ticdc.convert import names_event, names_row
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue
 from cdcflow.connectors.ticdc.events import RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 BARE = TableSchema("shop", "t", (Column("id", "BIGINT", nullable=False, primary_key=True, handle_key=True),
                                  Column("e", "ENUM"), Column("s", "SET")))

@@ -13,10 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import open_protocol as op
+from cdcflow.connectors.ticdc.open_protocol import schema as op_schema
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange, to_record
 from cdcflow.errors import ConfigError
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.tidb_strategies import tables_and_rows
 
@@ -72,7 +73,7 @@ def test_decodes_a_ticdc_shaped_batch_of_every_value_form():
     assert ins.row == {
         "bigu": 2**64 - 1, "bin": b'\x00\xff"q\\', "bit": 65, "blob": b"\x00\x01",
         "d": dt.date(2020, 2, 20), "dec": Decimal("-2333.654321"),
-        "dt": dt.datetime(2020, 2, 20, 2, 20, 20, 123000), "e": "2", "fl": op.to_float32(0.1),
+        "dt": dt.datetime(2020, 2, 20, 2, 20, 20, 123000), "e": "2", "fl": op_schema.to_float32(0.1),
         "id": 7766, "j": '{"a": 1}', "s": "3", "tm": -dt.timedelta(hours=838, minutes=59, seconds=59),
         "txt": "héllo", "vc": "aabb", "y": 2020, "nul": None,
     }
@@ -118,8 +119,8 @@ def test_key_extras_surface_as_ticdc_metadata_and_encode_back():
     value = j({"u": {"id": {"t": 3, "h": True, "f": 2, "v": 1}}})
     [ev] = op.OpenProtocolDecoder().decode(frame_key(key), frame_value(value))
     assert ev.table.partition == 7
-    assert ev.extra == {op.EXTRA_ROW_ID: "42", op.EXTRA_ONLY_HANDLE_KEY: "true",
-                        op.EXTRA_CLAIM_CHECK: "s3://b/k"}
+    assert ev.extra == {op_schema.EXTRA_ROW_ID: "42", op_schema.EXTRA_ONLY_HANDLE_KEY: "true",
+                        op_schema.EXTRA_CLAIM_CHECK: "s3://b/k"}
     [(k2, v2)] = op.OpenProtocolEncoder().encode([ev])
     assert orjson.loads(k2[16:]) == orjson.loads(key)
     assert list(orjson.loads(k2[16:])) == ["ts", "scm", "tbl", "rid", "ptn", "t", "ohk", "ccl"]
@@ -160,7 +161,7 @@ def test_ddl_and_resolved_wire_shape():
 
 def test_float_is_written_in_float32_shortest_form():
     t = TableSchema("s", "t", (Column("f", "FLOAT"),))
-    [(_, value)] = op.OpenProtocolEncoder().encode([RowChange(t, "insert", 1, {"f": op.to_float32(0.1)})])
+    [(_, value)] = op.OpenProtocolEncoder().encode([RowChange(t, "insert", 1, {"f": op_schema.to_float32(0.1)})])
     assert b'"v":0.1}' in value
 
 

@@ -19,13 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import open_protocol as op
+from cdcflow.connectors.ticdc.open_protocol import decode as op_decode
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.tidb_strategies import tables_and_rows
 from helpers.leakcheck import traced_growth
 
-KERNEL = op._decode_kernel
+KERNEL = op_decode._decode_kernel
 pytestmark = pytest.mark.skipif(KERNEL is None, reason="open-protocol decode kernel not built or turned off")
 
 L = struct.Struct(">Q")
@@ -34,12 +35,12 @@ SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[Healt
 
 @contextlib.contextmanager
 def kernel_off():
-    saved = op._decode_kernel
-    op._decode_kernel = None
+    saved = op_decode._decode_kernel
+    op_decode._decode_kernel = None
     try:
         yield
     finally:
-        op._decode_kernel = saved
+        op_decode._decode_kernel = saved
 
 
 def strict(v):

@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import open_protocol as op
+from cdcflow.connectors.ticdc.open_protocol import encode as op_encode
+from cdcflow.connectors.ticdc.open_protocol import schema as op_schema
 from cdcflow.connectors.ticdc.events import (
     DDLEvent,
     ResolvedEvent,
@@ -28,12 +30,12 @@ from cdcflow.connectors.ticdc.events import (
 )
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 from helpers.tidb_strategies import tables_and_rows
 from helpers.leakcheck import traced_growth
 
-needs_kernel = pytest.mark.skipif(op._encode_kernel is None, reason="open-protocol encode kernel not built or off")
+needs_kernel = pytest.mark.skipif(op_encode._encode_kernel is None, reason="open-protocol encode kernel not built or off")
 SETTINGS = settings(max_examples=80, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 OPTIONS = st.fixed_dictionaries({
@@ -66,7 +68,7 @@ TABLE = TableSchema("shop", "orders", (
 ))
 
 ROW = {"id": 7, "qty": 3, "name": "customer \u2028 \"q\" \x01 \U0001F600", "price": Decimal("12.50"),
-       "weight": 0.25, "ratio": op.to_float32(0.1), "created": dt.datetime(2024, 5, 1, 12, 0, 0, 123000),
+       "weight": 0.25, "ratio": op_schema.to_float32(0.1), "created": dt.datetime(2024, 5, 1, 12, 0, 0, 123000),
        "day": dt.date(2024, 5, 1), "span": dt.timedelta(hours=-838, minutes=-59, seconds=-59),
        "note": "a note\n\tof modest length", "data": b"\x00\xff\x10abc", "raw": b"plain-bytes",
        "state": "paid", "tags": "a,c", "doc": '{"k": [1, 2.5, null]}', "big": 2**64 - 1, "bits": 2**64 - 1,
@@ -82,7 +84,7 @@ def store():
 
 def python_path(monkeypatch, records, store, options=None):
     with monkeypatch.context() as m:
-        m.setattr(op, "_encode_kernel", None)
+        m.setattr(op_encode, "_encode_kernel", None)
         return op.OpenProtocolEncoder(options).encode(from_records(records, store))
 
 
@@ -165,7 +167,7 @@ def test_kernel_equals_python_on_generated_rows(monkeypatch, store, data, kinds,
 @settings(max_examples=300, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_float_text_is_orjsons(x):
-    assert op._encode_kernel.json_float(x) == orjson.dumps(x)
+    assert op_encode._encode_kernel.json_float(x) == orjson.dumps(x)
 
 
 @needs_kernel
@@ -173,14 +175,14 @@ def test_float_text_is_orjsons(x):
                                9999999999999998.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 0.1,
                                123456789.125, 1 / 3])
 def test_float_text_edges(x):
-    assert op._encode_kernel.json_float(x) == orjson.dumps(x)
+    assert op_encode._encode_kernel.json_float(x) == orjson.dumps(x)
 
 
 @needs_kernel
 @settings(max_examples=200, deadline=None)
 @given(st.floats(width=32, allow_nan=False, allow_infinity=False))
 def test_float32_shortest_digits_equal_python(x):
-    assert op.float32_short(x) is not None
+    assert op_schema.float32_short(x) is not None
     t = TableSchema("s", "f", (Column("f", "FLOAT"),))
     s = SchemaStore()
     try:
@@ -375,7 +377,7 @@ def test_records_without_a_store_and_iterators(monkeypatch, store):
 
 def test_kernel_off_is_the_python_path(monkeypatch, store):
     records = [base_record(store), to_record(ResolvedEvent(9), b"", store)]
-    monkeypatch.setattr(op, "_encode_kernel", None)
+    monkeypatch.setattr(op_encode, "_encode_kernel", None)
     assert op.OpenProtocolEncoder().encode_records(records, store) == \
         op.OpenProtocolEncoder().encode(from_records(records, store))
 

@@ -13,7 +13,7 @@ from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
 from cdcflow.errors import SchemaError
 from cdcflow.record import Record
 from cdcflow.schemas import SchemaStore
-from cdcflow.tidb import Column, TableSchema
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 
 @settings(max_examples=150, deadline=None)
@@ -83,13 +83,13 @@ def test_table_of_without_reference_or_with_foreign_schema():
         ts.table_from_avro({"type": "record", "name": "x", "fields": []})
 
 
-# ---- TiDB text forms (runtime/tidb.py), shared by the text-carrying codecs
+# ---- TiDB text forms (connectors/ticdc/tidb.py), shared by the text-carrying codecs
 import datetime  # noqa: E402
 
 from hypothesis import strategies as st  # noqa: E402
 from helpers.tidb_strategies import values  # noqa: E402
 
-from cdcflow import tidb  # noqa: E402
+from cdcflow.connectors.ticdc import tidb  # noqa: E402
 
 
 def test_text_forms_golden():

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.tidb import TIME_MAX_US, format_go_float, format_time, parse_date, parse_datetime, parse_time
+from cdcflow.connectors.ticdc.tidb import TIME_MAX_US, format_go_float, format_time, parse_date, parse_datetime, parse_time
 
-_csv = pytest.importorskip("cdcflow.connectors.ticdc._csv", reason="the CSV kernel is not built")
+_csv = pytest.importorskip("cdcflow.connectors.ticdc.csv._csv", reason="the CSV kernel is not built")
 INT, FLOAT, DECIMAL, DATE, DATETIME, TIME = 1, 2, 3, 4, 5, 6
 
 

@@ -1,4 +1,4 @@
-"""runtime/_c/tidbtext.h against cdcflow.tidb, through _canal_json's thin test entry points.
+"""runtime/_c/tidbtext.h against cdcflow.connectors.ticdc.tidb, through _canal_json's thin test entry points.
 
 Each C text function must give exactly the text of the Python fast path (``tidb.inline_text_expr``,
 ``inline_go_float_expr``; ``format_time`` for TIME) and "not handled" (None) exactly where that fast
@@ -17,11 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow import tidb
+from cdcflow.connectors.ticdc import tidb
 from cdcflow.connectors.ticdc import canal_json as cj
+from cdcflow.connectors.ticdc.canal_json import schema as cj_schema
 from helpers.leakcheck import traced_growth
 
-k = pytest.importorskip("cdcflow.connectors.ticdc._canal_json", reason="canal-json kernel not built")
+k = pytest.importorskip("cdcflow.connectors.ticdc.canal_json._canal_json", reason="canal-json kernel not built")
 
 SLOW = object()
 """What an inline expression evaluates on its slow branch, in these tests."""
@@ -194,7 +195,7 @@ _UNICODE = st.text(st.one_of(
 @settings(max_examples=600, deadline=None)
 @given(s=_UNICODE)
 def test_json_str_go_style_equals_canal_dumps(s):
-    assert k._json_str(s, k.JSON_GO) == cj._dumps(s)
+    assert k._json_str(s, k.JSON_GO) == cj_schema._dumps(s)
 
 
 @settings(max_examples=600, deadline=None)
@@ -207,7 +208,7 @@ def test_json_str_orjson_style_equals_orjson(s):
 @given(b=st.binary(max_size=40), style=st.sampled_from(["go", "orjson"]))
 def test_json_latin1(b, style):
     text = b.decode("latin-1")
-    want = cj._dumps(text) if style == "go" else orjson.dumps(text)
+    want = cj_schema._dumps(text) if style == "go" else orjson.dumps(text)
     assert k._json_latin1(b, k.JSON_GO if style == "go" else k.JSON_ORJSON) == want
 
 
@@ -219,8 +220,8 @@ def test_json_str_hands_back_surrogates_and_subclasses():
 
 def test_json_str_long_input_grows_the_buffer():
     s = "<é>" * 100_000 + "\x01" * 1000
-    assert k._json_str(s, k.JSON_GO) == cj._dumps(s)
-    assert k._json_latin1(bytes(range(256)) * 500, k.JSON_GO) == cj._dumps((bytes(range(256)) * 500).decode("latin-1"))
+    assert k._json_str(s, k.JSON_GO) == cj_schema._dumps(s)
+    assert k._json_latin1(bytes(range(256)) * 500, k.JSON_GO) == cj_schema._dumps((bytes(range(256)) * 500).decode("latin-1"))
 
 
 def test_text_functions_do_not_leak():

@@ -1,16 +1,16 @@
-/* _csv: TiCDC CSV kernels (cdcflow.connectors.ticdc._csv), the compiled twin of csv.py's hot paths.
+/* _csv: TiCDC CSV kernels (cdcflow.connectors.ticdc.csv._csv), the compiled twin of the csv package's hot paths.
  *
  * decode(plan, data, header) reads a whole CSV file of one table into columns (what the
- * column-wise reader in csv.py builds), encode(plan, kinds, commit_ts, rows) writes plain rows
- * (what csv.py's generated line writer writes). Plans are tuples built once per (table, options)
- * in csv.py; see _decode_plan / _encode_plan there for their layout. transcode(...) reads a file
+ * column-wise reader in csv/decode.py builds), encode(plan, kinds, commit_ts, rows) writes plain rows
+ * (what csv/encode.py's generated line writer writes). Plans are tuples built once per (table, options)
+ * in csv/decode.py and csv/encode.py; see _decode_plan / _encode_plan there for their layout. transcode(...) reads a file
  * as decode does (one reader, read_rows) but writes each row's JSON-form row and key objects
  * instead of values, and json_lines(...) assembles Conduit JSON-form lines from them
- * (csv.py CsvDecoder.transcode / CsvJsonRows, plan: _transcode_plan).
+ * (csv/decode.py CsvDecoder.transcode / CsvJsonRows, plan: _transcode_plan).
  *
  * Both hand the whole batch back (return None) for anything outside the usual shapes: odd
  * quoting, a bad value, a row of another table, a value the fast text forms do not cover and
- * whose Python writer raises. csv.py then runs its Python path, which produces the result or the
+ * whose Python writer raises. The csv package then runs its Python path, which produces the result or the
  * typed error naming file, line and column. C raises only MemoryError-class failures.
  *
  * parse_value(kind, text, max_us) exposes runtime/_c/tidbparse.h for the property tests.
@@ -27,7 +27,7 @@
 /* TiDB's TIME range, -838:59:59 .. 838:59:59 (tidb.TIME_MAX_US): CSV's TIME parser checks it */
 #define TIDB_TIME_MAX_US (((838LL * 60 + 59) * 60 + 59) * 1000000LL)
 
-/* Column kinds of a decode plan (csv.py _DECODE_KINDS mirrors these numbers). */
+/* Column kinds of a decode plan (csv/decode.py _DECODE_KINDS mirrors these numbers). */
 enum {
     DK_TEXT = 0,     /* the field text is the value (str) */
     DK_INT = 1,      /* int(text) */
@@ -41,7 +41,7 @@ enum {
     DK_CALL = 9,     /* only the column's Python parser */
 };
 
-/* Column kinds of an encode plan (csv.py _ENCODE_KINDS mirrors these numbers). */
+/* Column kinds of an encode plan (csv/encode.py _EK_* mirrors these numbers). */
 enum {
     EK_CALL = 0,     /* only the column's Python field writer */
     EK_INT = 1,      /* str(v) */
@@ -458,7 +458,7 @@ static int append_value(column_state *c, const field *f, const dialect *d)
 
 /* ------------------------------------------------------------------ decode: the file */
 
-/* The decode plan (csv.py _decode_plan), unpacked once per call. */
+/* The decode plan (csv/decode.py _decode_plan), unpacked once per call. */
 typedef struct {
     dialect d;
     Py_ssize_t meta;          /* meta fields before the columns, with the handle-key field */
@@ -1227,8 +1227,7 @@ static int row_dicts(const records_plan *p, PyObject *const *values, PyObject **
 {
     Py_ssize_t ncols = PyTuple_GET_SIZE(p->names);
     *key = NULL;
-    /* presized like the dict display the Python builder uses: no resize while filling */
-    if ((*row = _PyDict_NewPresized(ncols)) == NULL)
+    if ((*row = PyDict_New()) == NULL)
         return -1;
     for (Py_ssize_t c = 0; c < ncols; c++)
         if (PyDict_SetItem(*row, PyTuple_GET_ITEM(p->names, c), values[c]) < 0)
@@ -1351,7 +1350,7 @@ static PyObject *csv_records(PyObject *self, PyObject *args)
  * caller takes the decode -> records -> dumps_lines path, which writes it or raises.
  * json_lines(...) then assembles whole lines for a slice of the rows. */
 
-/* JSON kinds of a transcode plan (csv.py _JK_* mirrors these numbers). */
+/* JSON kinds of a transcode plan (csv/decode.py _JK_* mirrors these numbers). */
 enum {
     JK_INT = 1,      /* DK_INT column of an Avro long (int64) or bigint (param: 1) */
     JK_FLOAT = 2,    /* DK_FLOAT column of an Avro double */
@@ -1368,7 +1367,7 @@ typedef struct {
     Py_ssize_t name_len;
 } json_column;
 
-/* The transcode plan (csv.py _TranscodePlan.columns), unpacked once per call; texts borrowed. */
+/* The transcode plan (csv/decode.py _TranscodePlan.columns), unpacked once per call; texts borrowed. */
 typedef struct {
     Py_ssize_t ncols, nkey;
     json_column *cols;
@@ -1806,7 +1805,7 @@ static const char line_after[] = ",\"after\":";
 static const char line_end[] = "}}\n";
 #define LIT(s) (Py_ssize_t)(sizeof(s) - 1)
 
-/* The lines plan (csv.py _TranscodePlan.lines): the metadata texts around the two commit ts
+/* The lines plan (csv/decode.py _TranscodePlan.lines): the metadata texts around the two commit ts
  * values and the operations' JSON texts; borrowed. */
 typedef struct {
     PyObject *md_head, *md_mid, *md_tail, *op_create, *op_update, *op_delete;

@@ -570,7 +570,7 @@ static PyMethodDef Plan_methods[] = {
 
 static PyTypeObject PlanType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cdcflow.connectors.ticdc._canal_json.Plan",
+    .tp_name = "cdcflow.connectors.ticdc.canal_json._canal_json.Plan",
     .tp_basicsize = sizeof(Plan),
     .tp_dealloc = (destructor)Plan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -637,7 +637,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_canal_json", "canal-json encode kernel (see canal_json.py)", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "_canal_json", "canal-json encode kernel (see canal_json/encode.py)", -1, module_methods,
 };
 
 static int add_int(PyObject *m, const char *name, long v)

@@ -37,7 +37,7 @@ enum {
     K_LAST = 11
 };
 
-/* TiCDC's Kafka sizing: per-message record overhead and per-row slack (open_protocol.py) */
+/* TiCDC's Kafka sizing: per-message record overhead and per-row slack (open_protocol/schema.py) */
 #define RECORD_OVERHEAD 36
 #define ROW_SLACK 16
 /* TIME's range, -838:59:59 .. 838:59:59, in microseconds */
@@ -282,7 +282,7 @@ static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static PyTypeObject PlanType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cdcflow.connectors.ticdc._open_protocol_encode.TablePlan",
+    .tp_name = "cdcflow.connectors.ticdc.open_protocol._open_protocol_encode.TablePlan",
     .tp_doc = "TablePlan(key_suffix, has_handle, columns): one table's encoding, built once in Python.",
     .tp_basicsize = sizeof(PlanObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -906,7 +906,7 @@ static PyMethodDef Encoder_methods[] = {
 
 static PyTypeObject EncoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cdcflow.connectors.ticdc._open_protocol_encode.Encoder",
+    .tp_name = "cdcflow.connectors.ticdc.open_protocol._open_protocol_encode.Encoder",
     .tp_doc = "Encoder((max_batch, max_bytes, old_value, only_updated, delete_handle_only), Record,\n"
               "(CREATE, SNAPSHOT, UPDATE, DELETE), metadata_keys)",
     .tp_basicsize = sizeof(EncoderObject),
@@ -953,7 +953,7 @@ PyMODINIT_FUNC PyInit__open_protocol_encode(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    HandBack = PyErr_NewExceptionWithDoc("cdcflow.connectors.ticdc._open_protocol_encode.HandBack",
+    HandBack = PyErr_NewExceptionWithDoc("cdcflow.connectors.ticdc.open_protocol._open_protocol_encode.HandBack",
                                          "The kernel leaves this batch to the Python path.", NULL, NULL);
     if (HandBack == NULL || PyModule_AddObjectRef(m, "HandBack", HandBack) < 0
         || PyModule_AddObjectRef(m, "TablePlan", (PyObject *)&PlanType) < 0

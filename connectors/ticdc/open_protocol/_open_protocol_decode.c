@@ -157,7 +157,7 @@ static PyGetSetDef RowPlan_getset[] = {
 
 static PyTypeObject RowPlanType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cdcflow.connectors.ticdc._open_protocol_decode.RowPlan",
+    .tp_name = "cdcflow.connectors.ticdc.open_protocol._open_protocol_decode.RowPlan",
     .tp_basicsize = sizeof(RowPlan),
     .tp_dealloc = (destructor)RowPlan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -878,7 +878,7 @@ static int column_value(Decoder *self, const ColumnPlan *col, Cursor *c, PyObjec
    is not one the kernel or its converter takes. */
 static int read_image(Decoder *self, const RowPlan *plan, Cursor *c, PyObject **row)
 {
-    PyObject *d = _PyDict_NewPresized(plan->ncols);
+    PyObject *d = PyDict_New();
     if (d == NULL)
         return ST_ERR;
     for (Py_ssize_t i = 0; i < plan->ncols; i++) {
@@ -1197,7 +1197,7 @@ static PyMethodDef Decoder_methods[] = {
 
 static PyTypeObject DecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cdcflow.connectors.ticdc._open_protocol_decode.Decoder",
+    .tp_name = "cdcflow.connectors.ticdc.open_protocol._open_protocol_decode.Decoder",
     .tp_basicsize = sizeof(Decoder),
     .tp_dealloc = (destructor)Decoder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1212,7 +1212,7 @@ static PyTypeObject DecoderType = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_open_protocol_decode",
-    .m_doc = "Compiled fast path of the TiCDC open-protocol decoder (see open_protocol.py).",
+    .m_doc = "Compiled fast path of the TiCDC open-protocol decoder (see open_protocol/decode.py).",
     .m_size = -1,
 };
 
