@@ -21,7 +21,7 @@ import json
 import os
 import re
 import shutil
-import subprocess
+import sqlite3
 import sys
 import tempfile
 import time
@@ -36,6 +36,7 @@ from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.dev.broker import Broker
 from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
+from timing import run_tree
 
 PARTITIONS = 4
 TABLE = TableSchema("bench", "rows", (
@@ -55,6 +56,7 @@ pipelines:
         plugin: builtin:kafka
         settings:
           uri: kafka://{servers}/{topic}?protocol=avro&enable-tidb-extension=true
+          group.id: {group}
       - id: out
         type: destination
         plugin: builtin:file
@@ -69,6 +71,12 @@ pipelines:
     dead-letter-queue:
       plugin: builtin:log
 """
+
+
+def copy_store(src: Path, dst: Path) -> None:
+    """A consistent copy of a SQLite schema store (its WAL included)."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
 
 
 def produce(servers: str, topic: str, n: int, store: SchemaStore) -> None:
@@ -168,30 +176,39 @@ def source_cpu(servers: str, topic: str, n: int, store: SchemaStore, repeat: int
     return min(a), min(b)
 
 
-def engine(servers: str, topic: str, n: int, work: Path) -> tuple[float, float, float]:
-    """(records/s over the whole wall time, wall seconds, records/s of the running part only)."""
+def engine(servers: str, topic: str, n: int, work: Path, extra_env: dict[str, str] | None = None
+           ) -> tuple[float, float, float, float]:
+    """(records/s over the whole wall time, wall seconds, records/s of the running part only,
+    CPU seconds of the whole process tree: Spark's JVM and Python workers included)."""
     out = work / "engine.jsonl"
+    out.unlink(missing_ok=True)
     cfg = work / "bench.yaml"
-    cfg.write_text(PIPELINE.format(servers=servers, topic=topic, out=out))
-    env = dict(os.environ, CDCFLOW_SCHEMA_STORE=str(work / "state" / "schemas.sqlite"))
-    t0 = time.perf_counter()
-    cp = subprocess.run([str(Path(sys.executable).with_name("cdcflow")), "run", str(cfg), "--until-idle", "--master", "local[2]",
-                         "--state-dir", str(work / "state")], env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if cp.returncode != 0:
-        raise SystemExit(f"cdcflow run failed ({cp.returncode}):\n{cp.stdout[-2000:]}\n{cp.stderr[-4000:]}")
+    run = len(list(work.glob("run-*")))  # each run reads the topic from the start: its own group and state
+    state = work / f"run-{run}"
+    state.mkdir()
+    copy_store(work / "state" / "schemas.sqlite", state / "schemas.sqlite")  # the run's store is <state-dir>/schemas.sqlite
+    cfg.write_text(PIPELINE.format(servers=servers, topic=topic, out=out, group=f"bench-{run}"))
+    env = dict(os.environ, CDCFLOW_SCHEMA_STORE=str(work / "state" / "schemas.sqlite"), **(extra_env or {}))
+    rc, stdout, stderr, wall, cpu = run_tree(
+        [str(Path(sys.executable).with_name("cdcflow")), "run", str(cfg), "--until-idle", "--master", "local[2]",
+         "--state-dir", str(state)], env)
+    if rc != 0:
+        raise SystemExit(f"cdcflow run failed ({rc}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
     lines = sum(1 for _ in open(out, "rb"))
     if lines != n:
         raise SystemExit(f"engine wrote {lines} records, expected {n}")
-    m = re.search(r"finished: ([0-9.]+)s running \+ ([0-9.]+)s Spark start-up", cp.stdout + cp.stderr)
+    m = re.search(r"finished: ([0-9.]+)s running \+ ([0-9.]+)s Spark start-up", stdout + stderr)
     running = float(m.group(1)) if m else wall
-    return n / wall, wall, n / running
+    return n / wall, wall, n / running, cpu
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--source-only", action="store_true", help="only the in-process kafka source CPU figures")
+    ap.add_argument("--compare-env", metavar="VAR=VALUE", help="engine runs only, interleaved with and without "
+                    "this environment setting (e.g. CDCFLOW_KERNELS_OFF=_avro_decode), --repeat times each")
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     (work / "state").mkdir()
@@ -208,15 +225,28 @@ def main() -> None:
         src_us, hand_us = source_cpu(broker.bootstrap_servers, topic, per_partition, store)
         print(f"in-process CPU per record, partition 0 ({per_partition} rows, best of 3): kafka source "
               f"{src_us:.2f} µs, hand consume+fastavro {hand_us:.2f} µs (ratio {src_us / hand_us:.2f})")
+        if args.compare_env:
+            var, _, value = args.compare_env.partition("=")
+            runs: dict[str, list[tuple[float, float]]] = {"default": [], args.compare_env: []}
+            for i in range(args.repeat):
+                for label, extra in (("default", {}), (args.compare_env, {var: value})):
+                    _, wall, _, cpu = engine(broker.bootstrap_servers, topic, args.rows, work, extra)
+                    runs[label].append((wall, cpu))
+                    print(f"run {i + 1} {label:<40} wall {wall:6.1f}s cpu {cpu:6.1f}s", flush=True)
+            for label, got in runs.items():
+                print(f"best of {args.repeat}: {label:<40} wall {min(w for w, _ in got):6.1f}s "
+                      f"cpu {min(c for _, c in got):6.1f}s")
+            print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+            return
         if args.source_only:
             return
         base = baseline(broker.bootstrap_servers, topic, args.rows, store, work / "baseline.jsonl")
-        rate, wall, steady = engine(broker.bootstrap_servers, topic, args.rows, work)
+        rate, wall, steady, cpu = engine(broker.bootstrap_servers, topic, args.rows, work)
         print(f"{'path':<50}{'records/s':>12}{'ratio':>8}")
         print(f"{'hand loop (confluent-kafka + fastavro, 1 proc)':<50}{base:>12,.0f}{1:>8.2f}")
         print(f"{'cdcflow run, local[2] (wall incl. Spark start)':<50}{rate:>12,.0f}{rate / base:>8.2f}")
         print(f"{'cdcflow run, local[2] (running part only)':<50}{steady:>12,.0f}{steady / base:>8.2f}")
-        print(f"engine wall {wall:.1f}s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(f"engine wall {wall:.1f}s, cpu {cpu:.1f}s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
