@@ -20,8 +20,6 @@ from types import ModuleType
 #: every kernel module, by import name (pyproject.toml builds one extension per entry)
 KERNELS: tuple[str, ...] = (
     "cdcflow.convert._wire",
-    "cdcflow._avro_decode",
-    "cdcflow._avro_encode",
     "cdcflow.convert._jsonform",
     "cdcflow.connectors.ticdc._canal_json",
     "cdcflow.connectors.ticdc._csv",

@@ -30,7 +30,7 @@ from google.protobuf import struct_pb2
 
 from .. import accel
 from ..varint import read_uvarint, uvarint as _varint
-from ..avro_values import Codec
+from .avro import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.connector.v2 import destination_pb2
 from ..pb.opencdc.v1 import opencdc_pb2

@@ -207,7 +207,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--source-only", action="store_true", help="only the in-process kafka source CPU figures")
     ap.add_argument("--compare-env", metavar="VAR=VALUE", help="engine runs only, interleaved with and without "
-                    "this environment setting (e.g. CDCFLOW_KERNELS_OFF=_avro_decode), --repeat times each")
+                    "this environment setting (e.g. CDCFLOW_KERNELS_OFF=_jsonform), --repeat times each")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))

@@ -1,7 +1,7 @@
 """Avro encoding end to end: OpenCDC JSON lines (TiDB rows) → kafka destination, TiCDC Avro.
 
     .venv/bin/python tests/benchmarks/bench_kafka_encode.py [--rows 300000] [--repeat 3]
-        [--compare-env CDCFLOW_KERNELS_OFF=_avro_encode]
+        [--compare-env CDCFLOW_KERNELS_OFF=_jsonform]
 
 Data: bench_kafka.py's rows (10 columns, TiCDC Avro, extension on) produced to a topic and read
 once into a file by `cdcflow run` (OpenCDC JSON lines with their column model in the run's schema
