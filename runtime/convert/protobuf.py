@@ -228,7 +228,7 @@ class _LastChoice:
     def __init__(self, r: Record, key_codec: Codec | None, payload_codec: Codec | None, out_metadata: dict):
         self.metadata = dict(r.metadata)
         self.types = (type(r.key), type(r.before), type(r.after))
-        # the codecs' encoders: the Avro kernel's compiled plans where they cover the schema
+        # the codecs' encoders (fastavro behind the strict check)
         self.encode_key = key_codec.encoder() if key_codec is not None else None
         self.encode_payload = payload_codec.encoder() if payload_codec is not None else None
         self.out_metadata = out_metadata
@@ -516,7 +516,7 @@ def _from_wire_kernel(
             codec = plan.key_codec = _codec(refs[0], codecs, *plan.key_ref, KEY, position)
         else:
             codec = plan.payload_codec = _codec(refs[0], codecs, *plan.payload_ref, PAYLOAD, position)
-        return codec.decoder()  # the Avro kernel's compiled plan where it covers the schema
+        return codec.decoder()
 
     def fallback(start: int, end: int, index: int) -> Record | None:
         pb = _parse_record(message[start:end])

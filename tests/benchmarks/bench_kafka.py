@@ -36,7 +36,7 @@ from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.dev.broker import Broker
 from cdcflow.schemas import SchemaStore
 from cdcflow.tidb import Column, TableSchema
-from timing import run_tree
+from timing import alternate, run_tree
 
 PARTITIONS = 4
 TABLE = TableSchema("bench", "rows", (
@@ -226,17 +226,8 @@ def main() -> None:
         print(f"in-process CPU per record, partition 0 ({per_partition} rows, best of 3): kafka source "
               f"{src_us:.2f} µs, hand consume+fastavro {hand_us:.2f} µs (ratio {src_us / hand_us:.2f})")
         if args.compare_env:
-            var, _, value = args.compare_env.partition("=")
-            runs: dict[str, list[tuple[float, float]]] = {"default": [], args.compare_env: []}
-            for i in range(args.repeat):
-                for label, extra in (("default", {}), (args.compare_env, {var: value})):
-                    _, wall, _, cpu = engine(broker.bootstrap_servers, topic, args.rows, work, extra)
-                    runs[label].append((wall, cpu))
-                    print(f"run {i + 1} {label:<40} wall {wall:6.1f}s cpu {cpu:6.1f}s", flush=True)
-            for label, got in runs.items():
-                print(f"best of {args.repeat}: {label:<40} wall {min(w for w, _ in got):6.1f}s "
-                      f"cpu {min(c for _, c in got):6.1f}s")
-            print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+            alternate(args.compare_env, args.repeat,
+                      lambda extra: engine(broker.bootstrap_servers, topic, args.rows, work, extra)[1::2])
             return
         if args.source_only:
             return

@@ -25,7 +25,7 @@ from pathlib import Path
 from cdcflow.dev.broker import Broker
 from bench_kafka import copy_store, engine, produce
 from cdcflow.schemas import SchemaStore
-from timing import run_tree
+from timing import alternate, run_tree
 
 TABLE = "bench.rows"
 
@@ -96,32 +96,24 @@ def main() -> None:
         store.close()
         src = work / "gen" / "engine.jsonl"
         print(f"prepared {args.rows} rows in {time.perf_counter() - t0:.1f}s", flush=True)
-        variants: list[tuple[str, dict[str, str]]] = [("default", {})]
-        if args.compare_env:
-            var, _, value = args.compare_env.partition("=")
-            variants.append((args.compare_env, {var: value}))
-        runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in variants}
-        n = 0
-        for i in range(args.repeat):
-            for label, extra in variants:
-                n += 1
-                topic = f"enc-{n}"
-                cfg = work / f"enc-{n}.yaml"
-                cfg.write_text(ENCODE.format(src=src, servers=broker.bootstrap_servers, topic=topic))
-                state = work / f"state-{n}"
-                state.mkdir()  # the records name schemas of the generating run's store: a copy of it
-                copy_store(work / "gen" / "run-0" / "schemas.sqlite", state / "schemas.sqlite")
-                wall, cpu = cdcflow_run(cfg, state, {**env, **extra})
-                got = written(broker.bootstrap_servers, f"{topic}_{TABLE.replace('.', '_')}")
-                if got != args.rows:
-                    raise SystemExit(f"run {n} wrote {got} messages, expected {args.rows}")
-                runs[label].append((wall, cpu))
-                print(f"run {i + 1} {label:<40} wall {wall:6.1f}s cpu {cpu:6.1f}s "
-                      f"({args.rows / wall:,.0f} rec/s)", flush=True)
-        for label, got in runs.items():
-            print(f"best of {args.repeat}: {label:<40} wall {min(w for w, _ in got):6.1f}s "
-                  f"cpu {min(c for _, c in got):6.1f}s")
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        runs = 0
+
+        def run(extra: dict[str, str]) -> tuple[float, float]:
+            nonlocal runs
+            runs += 1
+            topic = f"enc-{runs}"
+            cfg = work / f"enc-{runs}.yaml"
+            cfg.write_text(ENCODE.format(src=src, servers=broker.bootstrap_servers, topic=topic))
+            state = work / f"state-{runs}"
+            state.mkdir()  # the records name schemas of the generating run's store: a copy of it
+            copy_store(work / "gen" / "run-0" / "schemas.sqlite", state / "schemas.sqlite")
+            wall, cpu = cdcflow_run(cfg, state, {**env, **extra})
+            got = written(broker.bootstrap_servers, f"{topic}_{TABLE.replace('.', '_')}")
+            if got != args.rows:
+                raise SystemExit(f"run {runs} wrote {got} messages, expected {args.rows}")
+            return wall, cpu
+
+        alternate(args.compare_env, args.repeat, run)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -103,3 +103,24 @@ def run_tree(cmd: Sequence[str], env: dict[str, str] | None = None, every: float
         out.seek(0)
         err.seek(0)
         return rc, out.read(), err.read(), wall, sum(seen.values())
+
+
+def alternate(compare_env: str | None, repeat: int, run: Callable[[dict[str, str]], tuple[float, float]]) -> None:
+    """Call ``run(extra_env) -> (wall s, CPU s)`` ``repeat`` times, alternating without and with
+    ``compare_env`` (``VAR=VALUE``, or None: without only); print each run, the best of each side
+    and the load (interleaved, so load from other processes hits both sides alike)."""
+    import os
+
+    variants: list[tuple[str, dict[str, str]]] = [("default", {})]
+    if compare_env:
+        var, _, value = compare_env.partition("=")
+        variants.append((compare_env, {var: value}))
+    runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in variants}
+    for i in range(repeat):
+        for label, extra in variants:
+            wall, cpu = run(extra)
+            runs[label].append((wall, cpu))
+            print(f"run {i + 1} {label:<40} wall {wall:6.1f}s cpu {cpu:6.1f}s", flush=True)
+    for label, got in runs.items():
+        print(f"best of {repeat}: {label:<40} wall {min(w for w, _ in got):6.1f}s cpu {min(c for _, c in got):6.1f}s")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
