@@ -505,7 +505,12 @@ def _fastavro_decode(parsed: Any, root: _Node, data: bytes) -> Any:
     if buf.tell() != len(data):
         raise ConversionError(f"data does not match its Avro schema: {len(data) - buf.tell()} trailing bytes")
     dec = root.dec
-    return value if dec is None else dec(value)
+    if dec is None:
+        return value
+    try:
+        return dec(value)
+    except (ValueError, ArithmeticError, TypeError, KeyError) as e:  # e.g. decimal text that is not a number
+        raise ConversionError(f"data does not match its Avro schema: {type(e).__name__}: {e}") from None
 
 
 def _fastavro_schema(t: Any) -> Any:

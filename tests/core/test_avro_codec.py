@@ -199,3 +199,12 @@ def test_edge_values_round_trip():
     for data in [b"\x00" + b"\xfe\xff\xff\xff\x0f" + b"\x00" * 20, b"\x80" * 10 + b"\x02", b"\x00" * 17 + b"\x06"]:
         with pytest.raises(ConversionError):
             codec.decode(data)
+
+
+def test_a_value_that_does_not_convert_back_is_a_conversion_error():
+    """Decimal text that is not a number (damaged or foreign data) fails typed, not with decimal's
+    InvalidOperation."""
+    codec = Codec({"type": "record", "name": "r", "fields": [{"name": "d", "type": avro_type("decimal_text")}]})
+    assert codec.decode(b"\x061.5") == {"d": Decimal("1.5")}
+    with pytest.raises(ConversionError, match="InvalidOperation"):
+        codec.decode(b"\x06x.y")
