@@ -19,8 +19,6 @@ from types import ModuleType
 
 #: every kernel module, by import name (pyproject.toml builds one extension per entry)
 KERNELS: tuple[str, ...] = (
-    "cdcflow._avro_decode",
-    "cdcflow._avro_encode",
     "cdcflow.convert._jsonform",
     "cdcflow.connectors.ticdc.canal_json._canal_json",
     "cdcflow.connectors.ticdc.csv._csv",

@@ -13,7 +13,7 @@ import json
 import struct
 from typing import Any, Mapping
 
-from cdcflow.avro_values import Codec, codec_for, derive_schema
+from cdcflow.convert.avro import Codec, codec_for, derive_schema
 from cdcflow.errors import ConfigError, SchemaError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.schemas import SchemaStore, default_store

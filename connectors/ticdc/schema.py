@@ -4,7 +4,7 @@ A decoded TiCDC row carries its table's columns (type, unsigned, precision,
 elements, handle key, ...) so a later hop can encode another format. The
 record's payload schema (``opencdc.payload.schema.subject/version``) is an
 Avro record schema whose field types make the row dict conform (so the
-lossless protobuf/JSON forms reuse it, see ``cdcflow.avro_values``) and whose
+lossless protobuf/JSON forms reuse it, see ``cdcflow.convert.avro``) and whose
 field properties keep the column facts:
 
     {"type": "record", "name": "t1", "namespace": "cdcflow.connectors.ticdc.tidb.db1",
@@ -84,7 +84,7 @@ def key_subject(table: TableSchema) -> str:
 
 
 def value_kind(col: Column) -> tuple[str, dict]:
-    """The ``cdcflow.avro_values`` kind (and its parameters) of a column's native value."""
+    """The ``cdcflow.convert.avro`` kind (and its parameters) of a column's native value."""
     t = col.type
     if t in INTEGER_TYPES:
         if t == "BIGINT" and col.unsigned:
@@ -115,7 +115,7 @@ def value_kind(col: Column) -> tuple[str, dict]:
 
 
 def _avro_type(kind: str, params: dict) -> Any:
-    from cdcflow.avro_values import avro_type  # the one native<->Avro mapping
+    from cdcflow.convert.avro import avro_type  # the one native<->Avro mapping
 
     return avro_type(kind, **params)
 

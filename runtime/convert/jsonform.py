@@ -19,7 +19,7 @@ in one list) is written in Avro's JSON union form ``{"bytes": "..."}``.
 
 Speed: per Avro schema (cached by fingerprint) one generated writer checks a
 value against the schema and builds its JSON form in one pass, and one
-generated reader checks and restores it (``cdcflow.avro_codegen.Generator``
+generated reader checks and restores it (``cdcflow.convert.codegen.Generator``
 supplies the machinery and the strict checks the Avro encoder uses). A record
 whose metadata names a schema its values fit keeps its metadata dict as is.
 With the compiled kernel (``runtime/convert/_jsonform.c``) a whole batch is written
@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from .. import accel
-from ..avro_codegen import Generator
-from ..avro_values import Codec, INT64_MIN, flat_plan
+from .codegen import Generator, flat_plan
+from .avro import Codec, INT64_MIN
 from ..errors import ConversionError, SchemaError
 from ..record import META_COLLECTION as _COLLECTION
 from ..record import META_KEY_SCHEMA_SUBJECT as _KEY_SUBJECT

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 
 from google.protobuf import struct_pb2
 
-from ..avro_values import Codec
+from .avro import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.connector.v2 import destination_pb2
 from ..pb.opencdc.v1 import opencdc_pb2
@@ -171,7 +171,7 @@ class _LastChoice:
     def __init__(self, r: Record, key_codec: Codec | None, payload_codec: Codec | None, out_metadata: dict):
         self.metadata = dict(r.metadata)
         self.types = (type(r.key), type(r.before), type(r.after))
-        # the codecs' encoders: the Avro kernel's compiled plans where they cover the schema
+        # the codecs' encoders (fastavro behind the strict check)
         self.encode_key = key_codec.encoder() if key_codec is not None else None
         self.encode_payload = payload_codec.encoder() if payload_codec is not None else None
         self.out_metadata = out_metadata

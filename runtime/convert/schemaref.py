@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import orjson
 
-from ..avro_values import Codec, codec_for, derive_shared_schema
+from .avro import Codec, codec_for, derive_shared_schema
 from ..errors import ConversionError, SchemaError
 from ..record import (
     META_COLLECTION,

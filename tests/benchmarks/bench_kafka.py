@@ -1,7 +1,6 @@
 """Kafka source throughput: cdcflow engine (local[2]) vs a hand-written confluent-kafka + fastavro loop.
 
-    .venv/bin/python tests/benchmarks/bench_kafka.py [--rows 1000000] [--protocol avro|canal-json|open-protocol]
-                                                     [--engine-only] [--sink]
+    .venv/bin/python tests/benchmarks/bench_kafka.py [--rows 1000000]
 
 Data: N TiCDC Avro rows (10 columns, extension on) in a 4-partition topic on the embedded
 Tansu broker, produced in large batches (linger.ms=50, batch.num.messages=100000: Tansu returns
@@ -11,12 +10,6 @@ built-in schema store. Pipeline: kafka source → field.set → file destination
 schemaless_reader + json lines written to a file. Prints records/s of both and the ratio.
 First, per-record CPU of the kafka source alone (one partition, in this process, process_time)
 against the same consume + fastavro loop: the figure that does not depend on the machine's load.
-
-``--protocol`` picks the topic's TiCDC format (the text codecs' decoders then run in the engine);
-``--engine-only`` skips the in-process and hand-loop figures (what a kernel on/off comparison
-times: ``CDCFLOW_KERNELS_OFF=_open_protocol_decode``); ``--sink`` also runs the way back, the
-engine's JSON lines file -> a second topic in the same format (the encoders). Each engine run
-prints its wall seconds and the CPU seconds of the ``cdcflow run`` process tree.
 """
 
 from __future__ import annotations
@@ -27,9 +20,8 @@ import io
 import json
 import os
 import re
-import resource
 import shutil
-import subprocess
+import sqlite3
 import sys
 import tempfile
 import time
@@ -40,12 +32,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from fastavro import parse_schema, schemaless_reader
 
 from cdcflow.connectors.ticdc.avro import AvroEncoder, AvroOptions, StoreRegistry
-from cdcflow.connectors.ticdc.canal_json import CanalJsonEncoder, CanalJsonOptions
-from cdcflow.connectors.ticdc.open_protocol import OpenProtocolEncoder
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.dev.broker import Broker
 from cdcflow.schemas import SchemaStore
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
+from timing import alternate, run_tree
 
 PARTITIONS = 4
 TABLE = TableSchema("bench", "rows", (
@@ -64,7 +55,8 @@ pipelines:
         type: source
         plugin: builtin:kafka
         settings:
-          uri: kafka://{servers}/{topic}?protocol={protocol}&enable-tidb-extension=true
+          uri: kafka://{servers}/{topic}?protocol=avro&enable-tidb-extension=true
+          group.id: {group}
       - id: out
         type: destination
         plugin: builtin:file
@@ -81,59 +73,31 @@ pipelines:
 """
 
 
-SINK = """version: "2.2"
-pipelines:
-  - id: bench-sink
-    status: running
-    connectors:
-      - id: in
-        type: source
-        plugin: builtin:file
-        settings:
-          path: {path}
-      - id: out
-        type: destination
-        plugin: builtin:kafka
-        settings:
-          uri: kafka://{servers}/{topic}?protocol={protocol}&enable-tidb-extension=true
-"""
+def copy_store(src: Path, dst: Path) -> None:
+    """A consistent copy of a SQLite schema store (its WAL included)."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
 
 
-def _encode(protocol: str, store: SchemaStore):
-    """([RowChange], topic) -> [(key, value)] in ``protocol`` (open protocol batches the rows
-    into one message, as TiCDC does; the others write one message per row)."""
-    if protocol == "avro":
-        enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), StoreRegistry(store))
-        return lambda evs, topic: [enc.encode_one(ev, topic) for ev in evs]
-    if protocol == "canal-json":
-        cj = CanalJsonEncoder(CanalJsonOptions(enable_tidb_extension=True))
-        return lambda evs, topic: [(None, cj.encode(ev)) for ev in evs]
-    op = OpenProtocolEncoder()
-    return lambda evs, topic: op.encode(evs)
-
-
-def produce(servers: str, topic: str, n: int, store: SchemaStore, protocol: str = "avro") -> None:
+def produce(servers: str, topic: str, n: int, store: SchemaStore) -> None:
     admin = AdminClient({"bootstrap.servers": servers})  # keep a reference until the future resolves
     admin.create_topics([NewTopic(topic, PARTITIONS)])[topic].result(15)
-    encode = _encode(protocol, store)
+    enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), StoreRegistry(store))
     p = Producer({"bootstrap.servers": servers, "linger.ms": 50, "batch.num.messages": 100000,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000})
     import datetime
 
     day = datetime.date(2024, 1, 1)
-    for start in range(0, n, 16):  # 16 rows a message in open protocol (TiCDC's default batch)
-        evs = []
-        for i in range(start, min(start + 16, n)):
-            row = {"id": i, "a": i % 1000, "b": i * 7, "c": f"c{i}", "d": "d" * 40, "e": i / 3,
-                   "f": decimal.Decimal(i % 100000) / 100, "g": day, "h": i % 100, "i": "text"}
-            evs.append(RowChange(TABLE, "insert", (1_700_000_000_000 + i) << 18, row))
-        for k, v in encode(evs, topic):
-            while True:
-                try:
-                    p.produce(topic, key=k, value=v, partition=(start // 16) % PARTITIONS)
-                    break
-                except BufferError:
-                    p.poll(0.1)
+    for i in range(n):
+        row = {"id": i, "a": i % 1000, "b": i * 7, "c": f"c{i}", "d": "d" * 40, "e": i / 3,
+               "f": decimal.Decimal(i % 100000) / 100, "g": day, "h": i % 100, "i": "text"}
+        k, v = enc.encode_one(RowChange(TABLE, "insert", (1_700_000_000_000 + i) << 18, row), topic)
+        while True:
+            try:
+                p.produce(topic, key=k, value=v, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.1)
     p.flush(120)
 
 
@@ -212,43 +176,39 @@ def source_cpu(servers: str, topic: str, n: int, store: SchemaStore, repeat: int
     return min(a), min(b)
 
 
-def _run(cfg: Path, work: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """One ``cdcflow run --until-idle`` on local[2]; prints its wall and CPU seconds."""
-    env = dict(os.environ, CDCFLOW_SCHEMA_STORE=str(work / "state" / "schemas.sqlite"))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    cp = subprocess.run([str(Path(sys.executable).with_name("cdcflow")), "run", str(cfg), "--until-idle", "--master", "local[2]",
-                         "--state-dir", str(work / "state")], env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    print(f"ENGINE {cfg.stem}: {wall:.1f} s wall, {cpu:.1f} s cpu (cdcflow run and its children)")
-    return cp, wall
-
-
-def engine(servers: str, topic: str, n: int, work: Path, protocol: str = "avro") -> tuple[float, float, float]:
-    """(records/s over the whole wall time, wall seconds, records/s of the running part only)."""
+def engine(servers: str, topic: str, n: int, work: Path, extra_env: dict[str, str] | None = None
+           ) -> tuple[float, float, float, float]:
+    """(records/s over the whole wall time, wall seconds, records/s of the running part only,
+    CPU seconds of the whole process tree: Spark's JVM and Python workers included)."""
     out = work / "engine.jsonl"
+    out.unlink(missing_ok=True)
     cfg = work / "bench.yaml"
-    cfg.write_text(PIPELINE.format(servers=servers, topic=topic, out=out, protocol=protocol))
-    cp, wall = _run(cfg, work)
-    if cp.returncode != 0:
-        raise SystemExit(f"cdcflow run failed ({cp.returncode}):\n{cp.stdout[-2000:]}\n{cp.stderr[-4000:]}")
+    run = len(list(work.glob("run-*")))  # each run reads the topic from the start: its own group and state
+    state = work / f"run-{run}"
+    state.mkdir()
+    copy_store(work / "state" / "schemas.sqlite", state / "schemas.sqlite")  # the run's store is <state-dir>/schemas.sqlite
+    cfg.write_text(PIPELINE.format(servers=servers, topic=topic, out=out, group=f"bench-{run}"))
+    env = dict(os.environ, CDCFLOW_SCHEMA_STORE=str(work / "state" / "schemas.sqlite"), **(extra_env or {}))
+    rc, stdout, stderr, wall, cpu = run_tree(
+        [str(Path(sys.executable).with_name("cdcflow")), "run", str(cfg), "--until-idle", "--master", "local[2]",
+         "--state-dir", str(state)], env)
+    if rc != 0:
+        raise SystemExit(f"cdcflow run failed ({rc}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
     lines = sum(1 for _ in open(out, "rb"))
     if lines != n:
         raise SystemExit(f"engine wrote {lines} records, expected {n}")
-    m = re.search(r"finished: ([0-9.]+)s running \+ ([0-9.]+)s Spark start-up", cp.stdout + cp.stderr)
+    m = re.search(r"finished: ([0-9.]+)s running \+ ([0-9.]+)s Spark start-up", stdout + stderr)
     running = float(m.group(1)) if m else wall
-    return n / wall, wall, n / running
+    return n / wall, wall, n / running, cpu
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--source-only", action="store_true", help="only the in-process kafka source CPU figures")
-    ap.add_argument("--protocol", default="avro", choices=("avro", "canal-json", "open-protocol"))
-    ap.add_argument("--engine-only", action="store_true", help="only the cdcflow run(s), no in-process figures")
-    ap.add_argument("--sink", action="store_true", help="also time file -> kafka in the same protocol")
+    ap.add_argument("--compare-env", metavar="VAR=VALUE", help="engine runs only, interleaved with and without "
+                    "this environment setting (e.g. CDCFLOW_KERNELS_OFF=_jsonform), --repeat times each")
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     (work / "state").mkdir()
@@ -257,35 +217,27 @@ def main() -> None:
     try:
         topic = "bench-rows"
         t0 = time.perf_counter()
-        produce(broker.bootstrap_servers, topic, args.rows, store, args.protocol)
-        print(f"produced {args.rows} {args.protocol} rows in {time.perf_counter() - t0:.1f}s "
+        produce(broker.bootstrap_servers, topic, args.rows, store)
+        print(f"produced {args.rows} rows in {time.perf_counter() - t0:.1f}s "
               "(linger.ms=50, batch.num.messages=100000, 4 partitions)")
         os.environ["CDCFLOW_SCHEMA_STORE"] = str(work / "state" / "schemas.sqlite")  # the source's registry
-        if args.engine_only:
-            engine(broker.bootstrap_servers, topic, args.rows, work, args.protocol)
-            if args.sink:
-                cfg = work / "sink.yaml"
-                AdminClient({"bootstrap.servers": broker.bootstrap_servers}).create_topics(
-                    [NewTopic("bench-back", PARTITIONS)])["bench-back"].result(60)
-                cfg.write_text(SINK.format(path=work / "engine.jsonl", servers=broker.bootstrap_servers,
-                                           topic="bench-back", protocol=args.protocol))
-                cp, _ = _run(cfg, work)
-                if cp.returncode != 0:
-                    raise SystemExit(f"cdcflow run failed ({cp.returncode}):\n{cp.stdout[-2000:]}\n{cp.stderr[-4000:]}")
-            return
         per_partition = (args.rows + PARTITIONS - 1) // PARTITIONS
         src_us, hand_us = source_cpu(broker.bootstrap_servers, topic, per_partition, store)
         print(f"in-process CPU per record, partition 0 ({per_partition} rows, best of 3): kafka source "
               f"{src_us:.2f} µs, hand consume+fastavro {hand_us:.2f} µs (ratio {src_us / hand_us:.2f})")
+        if args.compare_env:
+            alternate(args.compare_env, args.repeat,
+                      lambda extra: engine(broker.bootstrap_servers, topic, args.rows, work, extra)[1::2])
+            return
         if args.source_only:
             return
         base = baseline(broker.bootstrap_servers, topic, args.rows, store, work / "baseline.jsonl")
-        rate, wall, steady = engine(broker.bootstrap_servers, topic, args.rows, work)
+        rate, wall, steady, cpu = engine(broker.bootstrap_servers, topic, args.rows, work)
         print(f"{'path':<50}{'records/s':>12}{'ratio':>8}")
         print(f"{'hand loop (confluent-kafka + fastavro, 1 proc)':<50}{base:>12,.0f}{1:>8.2f}")
         print(f"{'cdcflow run, local[2] (wall incl. Spark start)':<50}{rate:>12,.0f}{rate / base:>8.2f}")
         print(f"{'cdcflow run, local[2] (running part only)':<50}{steady:>12,.0f}{steady / base:>8.2f}")
-        print(f"engine wall {wall:.1f}s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(f"engine wall {wall:.1f}s, cpu {cpu:.1f}s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from cdcflow.avro_values import (
+from cdcflow.convert.avro import (
     CDCFLOW_NAME,
     Codec,
     avro_type,
@@ -199,7 +199,7 @@ def test_merged_branch_that_collides_with_another_is_refused():
 
     import pytest
 
-    from cdcflow.avro_values import derive_schema
+    from cdcflow.convert.avro import derive_schema
     from cdcflow.errors import ConversionError
 
     with pytest.raises(ConversionError, match="cannot be told apart"):

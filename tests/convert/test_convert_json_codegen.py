@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.avro_values import Codec, codec_for, derive_shared_schema
+from cdcflow.convert.avro import Codec, codec_for, derive_shared_schema
 from cdcflow.convert import jsonform
 from cdcflow.convert.jsonform import _code, _may_hold_big_ints, dumps_lines, jsonable, loads_lines, loads_record
 from cdcflow.convert.schemaref import META_SCHEMA_DERIVED, META_SCHEMA_REPLACED, refs_for

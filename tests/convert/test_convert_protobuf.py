@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from cdcflow.avro_values import avro_type, codec_for
+from cdcflow.convert.avro import avro_type, codec_for
 from cdcflow.convert.protobuf import PbRecord, from_proto, record_from_proto, record_to_proto, to_proto
 from cdcflow.convert.schemaref import META_SCHEMA_DERIVED, META_SCHEMA_REPLACED
 from cdcflow.errors import ConversionError, SchemaError

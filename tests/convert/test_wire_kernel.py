@@ -13,9 +13,8 @@ import datetime as dt
 import gc
 import json
 import re
-import struct
 import sys
-from decimal import Context, Decimal
+from decimal import Decimal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,10 +22,8 @@ from hypothesis import strategies as st
 
 from helpers.leakcheck import traced_growth
 
-from cdcflow import avro_values
-from cdcflow.avro_values import avro_type, codec_for
+from cdcflow.convert.avro import codec_for
 from cdcflow.convert.protobuf import PbRecord, from_proto, from_wire, to_wire
-from cdcflow.convert.schemaref import refs_for
 from cdcflow.errors import ConversionError, SchemaError
 from cdcflow.pb.connector.v2 import destination_pb2
 from cdcflow.record import Operation, Record
@@ -35,8 +32,6 @@ from cdcflow.varint import uvarint
 
 from test_convert_roundtrip import SETTINGS, records
 
-needs_avro_kernel = pytest.mark.skipif(avro_values._kernel is None,
-                                       reason="the _avro_decode kernel is not built (or turned off)")
 
 Batch = destination_pb2.Destination.Run.Request
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -136,10 +131,6 @@ def _tidb_batches(draw):
 @given(_tidb_batches())
 def test_tidb_rows_with_their_column_type_schemas_read_alike(store_batch):
     store, batch = store_batch
-    md = batch[0].metadata
-    codec = refs_for(store).codec(md["opencdc.payload.schema.subject"], md["opencdc.payload.schema.version"])
-    if avro_values._kernel is not None:  # every TiDB column type is read in C
-        assert isinstance(codec.decoder(), avro_values._kernel.Plan)
     message = _message(to_wire(batch, store))
     _three_ways(message, store)
     assert from_wire(message, store) == batch
@@ -276,109 +267,6 @@ def test_schema_failures_are_reported_per_record():
     assert out[4].after == b"raw stays raw" and set(failed) == {1, 3, 5, 6}
 
 
-# -- the Avro decoder ----------------------------------------------------------------------------
-
-SCALAR_TYPES = {
-    "null": st.none(),
-    "boolean": st.booleans(),
-    "long": st.integers(-(1 << 63), (1 << 63) - 1),
-    "double": st.floats(),
-    "bytes": st.binary(max_size=40),
-    "string": st.text(max_size=20) | st.sampled_from(["\u2028\u2029", "\x00\x1f", "𝔘𝔫", "é"]),
-    "date": st.dates(),
-    "datetime": st.datetimes(),
-    "time": st.timedeltas(min_value=dt.timedelta(hours=-838), max_value=dt.timedelta(hours=838)),
-    "bigint": st.integers(-(10 ** 30), 10 ** 30) | st.sampled_from([(1 << 64) - 1, 0, -1]),
-    "decimal_text": st.decimals(allow_nan=False, allow_infinity=False) | st.sampled_from([Decimal("-0.00"), Decimal("1E+5")]),
-}
-
-
-def _decimal_column(draw):
-    """(Avro type, values) of a DECIMAL(precision, scale) column."""
-    precision = draw(st.integers(1, 65))
-    scale = draw(st.integers(0, min(precision, 30)))
-    exact = Context(prec=100)
-    values = st.integers(-(10 ** precision) + 1, 10 ** precision - 1).map(lambda u: Decimal(u).scaleb(-scale, exact))
-    return avro_type("decimal", precision=precision, scale=scale), values
-
-
-@st.composite
-def _scalar_records(draw):
-    """(schema, values): a record of scalar fields and unions of them (nullable columns)."""
-    n = draw(st.integers(0, 8))
-    kinds = [draw(st.sampled_from(sorted(SCALAR_TYPES) + ["decimal", "decimal", "int", "float"])) for _ in range(n)]
-    fields, strategies = [], {}
-    for i, kind in enumerate(kinds):
-        if kind == "decimal":
-            avro, values = _decimal_column(draw)
-        elif kind in ("int", "float"):
-            avro, values = kind, (st.integers(-(1 << 31), (1 << 31) - 1) if kind == "int" else st.floats(width=32))
-        else:
-            avro, values = avro_type(kind, precision=40) if kind == "bigint" else avro_type(kind), SCALAR_TYPES[kind]
-        nullable = kind != "null" and draw(st.booleans())
-        name = f"f{i}"
-        fields.append({"name": name, "type": ["null", avro] if nullable else avro})
-        strategies[name] = st.one_of(st.none(), values) if nullable else values
-    schema = {"type": "record", "name": "r", "fields": fields}
-    return schema, draw(st.lists(st.fixed_dictionaries(strategies), min_size=1, max_size=4))
-
-
-@needs_avro_kernel
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_scalar_records(), st.data())
-def test_avro_decoder_equals_the_codec(schema_values, data):
-    """The decoder the kernel calls for payloads (``Codec.decoder``) on table-row schemas."""
-    schema, values = schema_values
-    codec = codec_for(json.dumps(schema))
-    decoder = codec.decoder()
-    assert isinstance(decoder, avro_values._kernel.Plan)
-    for value in values:
-        encoded = codec.encode(value)
-        got = decoder(encoded)
-        assert Record(after=got) == Record(after=codec.decode(encoded)) == Record(after=value)
-        assert list(got) == list(codec.decode(encoded))  # keys in field order
-        assert {k: type(v) for k, v in got.items()} == {k: type(v) for k, v in value.items()}
-        broken = bytearray(encoded)  # the codec decides every input the decoder does not read
-        at = data.draw(st.integers(0, len(broken)))
-        broken[at:at + data.draw(st.integers(0, 2))] = data.draw(st.binary(max_size=2))
-        assert _any_outcome(lambda: Record(after=decoder(bytes(broken)))) == _any_outcome(
-            lambda: Record(after=codec.decode(bytes(broken))))
-
-
-def _any_outcome(fn):
-    """Like ``_outcome``, for any exception: the codec's reference path may raise untyped ones."""
-    try:
-        return "ok", fn()
-    except Exception as e:  # noqa: BLE001
-        return type(e).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(e))
-
-
-@needs_avro_kernel
-def test_avro_decoder_edge_values():
-    schema = {"type": "record", "name": "r", "fields": [
-        {"name": "l", "type": "long"}, {"name": "d", "type": avro_type("date")},
-        {"name": "ts", "type": avro_type("datetime")}, {"name": "t", "type": avro_type("time")},
-        {"name": "f", "type": "float"}, {"name": "u", "type": ["null", "string", "long"]},
-        {"name": "m", "type": ["null", avro_type("decimal", precision=65, scale=30)]},
-        {"name": "b", "type": avro_type("bigint", precision=40)}]}
-    codec = codec_for(json.dumps(schema))
-    decoder = codec.decoder()
-    for value in [
-        {"l": -(1 << 63), "d": dt.date.min, "ts": dt.datetime.min, "t": -dt.timedelta(hours=838, seconds=1),
-         "f": float("inf"), "u": None, "m": Decimal("-" + "9" * 35 + "." + "9" * 30), "b": -(1 << 127)},
-        {"l": (1 << 63) - 1, "d": dt.date.max, "ts": dt.datetime.max, "t": dt.timedelta(microseconds=-1),
-         "f": -0.0, "u": "\u2028", "m": Decimal("0E-30"), "b": 0},
-        {"l": 0, "d": dt.date(1970, 1, 1), "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
-         "t": dt.timedelta(days=1, microseconds=1), "f": struct.unpack("<f", b"\x01\x00\x80\x7f")[0], "u": 7,
-         "m": None, "b": (1 << 64) - 1},
-    ]:
-        encoded = codec.encode(value)
-        assert Record(after=decoder(encoded)) == Record(after=codec.decode(encoded))
-    # out-of-range dates, a varint beyond 64 bits, a bad union index: the codec's error
-    for data in [b"\x00" + b"\xfe\xff\xff\xff\x0f" + b"\x00" * 20, b"\x80" * 10 + b"\x02", b"\x00" * 17 + b"\x06"]:
-        assert _outcome(lambda: decoder(data)) == _outcome(lambda: codec.decode(data))
-
-
 def test_payloads_of_other_schemas_read_alike():
     """Enums, fixed, arrays, nested records: the records read hold what the codec reads."""
     store = SchemaStore()
@@ -434,13 +322,3 @@ def test_no_memory_grows_over_repeated_batches():
 
     growth = _grows(once, rounds=150)
     assert growth < 8 * 1024, growth
-
-
-@needs_avro_kernel
-def test_the_avro_decoder_hands_other_bytes_like_inputs_to_the_codec():
-    store = SchemaStore()
-    batch = [Record(b"p", Operation.CREATE, {"a": "1"}, {"id": 1}, None, {"v": "x"})]
-    md = PbRecord.FromString(to_wire(batch, store)[0]).metadata
-    codec = refs_for(store).codec(md["opencdc.payload.schema.subject"], md["opencdc.payload.schema.version"])
-    data = codec.encode({"v": "x"})
-    assert codec.decoder()(bytearray(data)) == codec.decode(data) == {"v": "x"}

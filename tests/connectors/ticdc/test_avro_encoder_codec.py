@@ -1,9 +1,8 @@
-"""AvroEncoder on cdcflow's own Avro writer (``avro_values.Codec``, compiled kernel or generated
-Python) against the fastavro path it replaced: same bytes, same typed errors.
+"""AvroEncoder against an independent oracle: same bytes, same typed errors.
 
-``reference_encode`` below is the encoder as it was (per-column converters, the datum written by
-``fastavro.schemaless_writer`` after the Confluent header, ``_diagnose`` naming the column), kept
-here as the oracle. Every test runs with the encode kernel on and off.
+``reference_encode`` below is the encoder as it was before cdcflow had its own Avro writers
+(per-column converters, the datum written by ``fastavro.schemaless_writer`` after the Confluent
+header, ``_diagnose`` naming the column), kept here as the oracle.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ from hypothesis import strategies as st
 from helpers.leakcheck import traced_growth
 from helpers.tidb_strategies import TIME_MAX_US, tables, values
 
-from cdcflow import avro_values
-from cdcflow.connectors.ticdc import avro as ticdc_avro
+from cdcflow.connectors.ticdc.avro import encode as avro_encode
+from cdcflow.connectors.ticdc.avro import schema as avro_schema
 from cdcflow.connectors.ticdc.avro import (
     COMMIT_TS_FIELD, OP_FIELD, PHYSICAL_TIME_FIELD, AvroDecoder, AvroEncoder, AvroOptions, build_schema,
     schema_text, topic_subject,
@@ -40,37 +39,26 @@ OPTIONS = st.builds(AvroOptions, st.booleans(), st.sampled_from(["precise", "str
 TOPIC = "db.topic"
 
 
-@pytest.fixture(params=["kernel", "python"])
-def path(request, monkeypatch):
-    """The encode kernel on (when built) or off, as CDCFLOW_PURE_PYTHON=1 would leave it."""
-    if request.param == "kernel":
-        if avro_values._encode_kernel is None:
-            pytest.skip("encode kernel not built (or CDCFLOW_PURE_PYTHON=1)")
-    else:
-        monkeypatch.setattr(avro_values, "_encode_kernel", None)
-    return request.param
-
-
 # --------------------------------------------------------------------------- the old encoder (oracle)
 
 def _old_datum(columns, table, row, opts):
     """The old generated converter: ints and doubles checked inline, the rest through _encoder_for."""
     coll = table.collection
-    names = ticdc_avro._unique_field_names(columns, table)
+    names = avro_schema._unique_field_names(columns, table)
     out = {}
     for col, fname in zip(columns, names):
         v = row[col.name]
         if v is not None:
             t = col.type
             if t in _INT_TYPES and not (t == "BIGINT" and col.unsigned) or t == "YEAR":
-                lo, hi = (0, 2155) if t == "YEAR" else ticdc_avro._INT_RANGES[t][1 if col.unsigned else 0]
+                lo, hi = (0, 2155) if t == "YEAR" else avro_schema._INT_RANGES[t][1 if col.unsigned else 0]
                 if type(v) is not int or not lo <= v <= hi:
                     raise UnrepresentableValue(CODEC, coll, col.name, v, f"not a {t} value")
             elif t == "DOUBLE":
                 if type(v) is not float:
                     raise UnrepresentableValue(CODEC, coll, col.name, v, "DOUBLE needs a float")
             else:
-                conv = ticdc_avro._encoder_for(col, opts, coll)
+                conv = avro_schema._encoder_for(col, opts, coll)
                 if conv is not None:
                     v = conv(v)
         out[fname] = v
@@ -79,11 +67,11 @@ def _old_datum(columns, table, row, opts):
 
 def _old_write(schema, schema_id, datum, coll):
     buf = io.BytesIO()
-    buf.write(ticdc_avro._HEADER.pack(0, schema_id))
+    buf.write(avro_schema._HEADER.pack(0, schema_id))
     try:
         schemaless_writer(buf, parse_schema(schema), datum)
     except Exception as e:  # noqa: BLE001 - as the old encoder did
-        raise ticdc_avro._diagnose(datum, {f["name"]: f for f in schema["fields"]}, coll, e) from None
+        raise avro_encode._diagnose(datum, {f["name"]: f for f in schema["fields"]}, coll, e) from None
     return buf.getvalue()
 
 
@@ -179,7 +167,7 @@ ODD_VALUES = [
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.data(), tables_with_unset_fsp(), OPTIONS, st.sampled_from([INSERT, UPDATE, DELETE]),
        st.one_of(st.sampled_from([0, 2**63 - 1, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1)))
-def test_same_bytes_as_fastavro_and_decodes_back(path, data, table, opts, kind, ts):
+def test_same_bytes_as_fastavro_and_decodes_back(data, table, opts, kind, ts):
     row = data.draw(full_rows(table))
     result, reg = assert_same(opts, RowChange(table, kind, ts, row))
     if type(result) is not tuple or type(result[0]) is str:
@@ -200,7 +188,7 @@ def test_same_bytes_as_fastavro_and_decodes_back(path, data, table, opts, kind, 
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.data(), tables_with_unset_fsp(handle_key=True), OPTIONS, st.sampled_from([INSERT, DELETE]),
        st.sampled_from(ODD_VALUES))
-def test_odd_values_give_the_same_bytes_or_error(path, data, table, opts, kind, odd):
+def test_odd_values_give_the_same_bytes_or_error(data, table, opts, kind, odd):
     row = data.draw(full_rows(table))
     target = data.draw(st.sampled_from(table.columns))
     row[target.name] = odd
@@ -210,7 +198,7 @@ def test_odd_values_give_the_same_bytes_or_error(path, data, table, opts, kind, 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from([None, 0, 1, 2, 3, 4, 5, 6]), st.sampled_from(["DATETIME", "TIMESTAMP", "TIME"]),
        st.data())
-def test_temporal_texts_match_format_functions(path, fsp, kind, data):
+def test_temporal_texts_match_format_functions(fsp, kind, data):
     """The inlined DATETIME/TIME texts, near their branch points (one day, ten hours, fractions)."""
     if kind == "TIME":
         us = data.draw(st.one_of(st.integers(-86_400_000_001, 86_400_000_001), st.integers(-TIME_MAX_US, TIME_MAX_US),
@@ -246,7 +234,7 @@ def test_temporal_texts_match_format_functions(path, fsp, kind, data):
     (Column("c", "BLOB", binary=True), "text", "does not fit the Avro type"),
     (Column("c", "INT", nullable=False), None, "does not fit the Avro type"),
 ], ids=lambda x: getattr(x, "type", repr(x)[:20]))
-def test_errors_name_the_column(path, col, value, why):
+def test_errors_name_the_column(col, value, why):
     t = TableSchema("db", "t", (Column("k", "INT", nullable=False, primary_key=True, handle_key=True), col))
     with pytest.raises(UnrepresentableValue, match=re.escape(why)) as info:
         AvroEncoder(None, store_registry()).encode([RowChange(t, INSERT, 1, {"k": 1, "c": value})], "t")
@@ -256,7 +244,7 @@ def test_errors_name_the_column(path, col, value, why):
     assert_same(AvroOptions(), RowChange(t, INSERT, 1, {"k": 1, "c": value}))
 
 
-def test_fastavro_lenience_kept_for_bytes_like_blobs(path):
+def test_fastavro_lenience_kept_for_bytes_like_blobs():
     """fastavro wrote a bytearray into a bytes field (and a memoryview outside a union); the strict
     writer refuses both and the reference writer takes over, so such rows encode exactly as before."""
     t = TableSchema("db", "t", (Column("k", "VARBINARY", length=8, binary=True, nullable=False, primary_key=True,
@@ -284,38 +272,15 @@ def _wide_row(i):
             "b": i % 256, "e": "ab"[i % 2], "j": None}
 
 
-def test_happy_path_never_calls_fastavro(path, monkeypatch):
-    """Fault injection (a patched writer that fails): valid rows must not reach fastavro."""
-    enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), store_registry())
-    events = [RowChange(_wide_table(), INSERT, i << 18, _wide_row(i)) for i in range(50)]
-    expected = enc.encode(events, "t")
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("fastavro writer called on the happy path")
-
-    monkeypatch.setattr(ticdc_avro, "schemaless_writer", refuse)
-    monkeypatch.setattr(avro_values, "schemaless_writer", refuse)
-    assert AvroEncoder(AvroOptions(enable_tidb_extension=True), store_registry()).encode(events, "t") == expected
-
-
-def test_plan_uses_the_compiled_writer_when_built():
-    if avro_values._encode_kernel is None:
-        pytest.skip("encode kernel not built (or CDCFLOW_PURE_PYTHON=1)")
-    enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), store_registry())
-    plan = enc._plan(_wide_table(), "t")
-    assert isinstance(plan.write_value, avro_values._encode_kernel.Plan)
-    assert isinstance(plan.write_key, avro_values._encode_kernel.Plan)
-
-
-def test_no_leak_over_many_batches(path):
+def test_no_leak_over_many_batches():
     enc = AvroEncoder(AvroOptions(enable_tidb_extension=True), store_registry())
     events = [RowChange(_wide_table(), UPDATE if i % 2 else INSERT, i << 18, _wide_row(i)) for i in range(100)]
     growth = traced_growth(lambda: enc.encode(events, "t"), rounds=300)
     assert growth < 64 * 1024, growth
 
 
-def test_no_leak_on_handed_back_and_failing_rows(path):
-    """Rows the writer refuses: a bytearray (written by the reference) and a lone surrogate (an error)."""
+def test_no_leak_on_handed_back_and_failing_rows():
+    """Odd rows: a bytearray (fastavro writes it) and a lone surrogate (an error)."""
     enc = AvroEncoder(None, store_registry())
     t = _wide_table()
     lenient = [RowChange(t, INSERT, 1, dict(_wide_row(i), vb=bytearray(b"ab"))) for i in range(20)]
@@ -331,18 +296,7 @@ def test_no_leak_on_handed_back_and_failing_rows(path):
     assert growth < 64 * 1024, growth
 
 
-# --------------------------------------------------------------------------- decode on the same reader
-
-@pytest.fixture(params=["kernel", "python"])
-def decode_path(request, monkeypatch):
-    """The decode kernel on (when built) or off."""
-    if request.param == "kernel":
-        if avro_values._kernel is None:
-            pytest.skip("decode kernel not built (or CDCFLOW_PURE_PYTHON=1)")
-    else:
-        monkeypatch.setattr(avro_values, "_kernel", None)
-    return request.param
-
+# --------------------------------------------------------------------------- decode, warm and cold
 
 def _decoded(dec, key, value):
     try:
@@ -353,30 +307,23 @@ def _decoded(dec, key, value):
     return (ev.kind, ev.commit_ts, list(ev.row or ()), row, ev.table.collection, ev.table.columns)
 
 
-def _fastavro_only(monkeypatch, opts, reg):
-    monkeypatch.setattr(ticdc_avro._RowReaderGen, "build_reader",
-                        lambda *a, **k: (_ for _ in ()).throw(ticdc_avro.Unsupported("off")))
-    return AvroDecoder(opts, reg)
-
-
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), tables_with_unset_fsp(handle_key=True), OPTIONS, st.sampled_from([INSERT, UPDATE, DELETE]),
        st.integers(0, 2**64 - 1))
-def test_decode_with_the_codec_reader_equals_fastavro_also_on_damaged_bytes(
-        decode_path, monkeypatch, data, table, opts, kind, ts):
-    """Warm decoders (the generated reader on cdcflow's Avro reader) against fastavro alone, on the
-    message and on damaged copies (a byte changed, cut short, a byte appended)."""
+def test_decode_warm_equals_cold_also_on_damaged_bytes(data, table, opts, kind, ts):
+    """A decoder that has read the message's schemas (its plans cached) against fresh decoders, on
+    the message and on damaged copies (a byte changed, cut short, a byte appended): the same rows,
+    and for damaged bytes the same typed cdcflow error at the same position."""
     reg = store_registry()
     key, value = AvroEncoder(opts, reg).encode([RowChange(table, kind, ts, data.draw(full_rows(table)))], "t")[0]
     target = value if value is not None else key
     i = data.draw(st.integers(0, len(target) - 1))
     damaged = [target[:i] + bytes([data.draw(st.integers(0, 255))]) + target[i + 1:], target[:i], target + b"\x00"]
     messages = [(key, value)] + [(key, d) if value is not None else (d, None) for d in damaged]
-    fast = AvroDecoder(opts, reg)
-    fast.decode(key, value)  # warm: headers known, the generated reader answers first
-    with monkeypatch.context() as m:
-        reference = _fastavro_only(m, opts, reg)
-        expected = [_decoded(reference, k, v) for k, v in messages]
-    assert [_decoded(fast, k, v) for k, v in messages] == expected
-    assert all(p.fast is not None for p in fast._plans.values())
+    warm = AvroDecoder(opts, reg)
+    warm.decode(key, value)
+    expected = [_decoded(AvroDecoder(opts, reg), k, v) for k, v in messages]
+    assert [_decoded(warm, k, v) for k, v in messages] == expected
+    assert expected[0][0] == (kind if opts.enable_tidb_extension or kind == DELETE else INSERT)
+    assert not any(name in ("KeyError", "IndexError", "TypeError", "ValueError")
+                   for name, *_ in expected[1:] if isinstance(name, str))

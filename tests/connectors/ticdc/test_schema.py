@@ -137,7 +137,7 @@ def test_rows_conform_to_the_travelling_schema(data, table):
     """The lossless record forms reuse the table schema: every valid row encodes and comes back."""
     from helpers.tidb_strategies import rows
 
-    from cdcflow.avro_values import Codec
+    from cdcflow.convert.avro import Codec
 
     codec = Codec(ts.table_schema_avro(table))
     row = data.draw(rows(table))

@@ -40,21 +40,13 @@ import hashlib
 import io
 import json
 import re
-import sys
 import threading
-from decimal import Context, Decimal
+from decimal import Decimal
 from typing import Any, Callable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from . import accel
-from .avro_codegen import Generator, Unsupported, generate
-from .errors import ConversionError, SchemaError
-
-#: the compiled decode kernel (runtime/_avro_decode.c), or None: the generated Python reader decodes
-_kernel = accel.load("cdcflow._avro_decode")
-#: the compiled encode kernel (runtime/_avro_encode.c), or None: the generated Python writer encodes
-_encode_kernel = accel.load("cdcflow._avro_encode")
+from ..errors import ConversionError, SchemaError
 
 CDCFLOW_TYPE = "cdcflow.type"
 CDCFLOW_NAME = "cdcflow.name"
@@ -365,10 +357,9 @@ class Codec:
     """Avro encoder/decoder for one schema, compiled once (use :func:`codec_for`).
 
     ``encode`` raises ConversionError unless the value fits the schema exactly;
-    ``decode`` returns native values (big ints, TIME, original field names). Each tries,
-    in order: the compiled kernel (``runtime/_avro_encode.c`` / ``_avro_decode.c``, when
-    built and on), the generated Python writer / reader, fastavro (the reference, whose
-    error is the one raised).
+    ``decode`` returns native values (big ints, TIME, original field names). The strict
+    check and the native conversions are cdcflow's (the node tree below); the Avro binary is
+    read and written by fastavro (its compiled reader and writer), the one Avro implementation.
     """
 
     def __init__(self, schema: Any):
@@ -387,17 +378,6 @@ class Codec:
             self._parsed = parse_schema(_fastavro_schema(schema), _write_hint=False)
         except Exception as e:  # fastavro raises several exception types for a bad schema
             raise SchemaError(f"invalid Avro schema: {e}") from None
-        try:
-            self._fast_encode, self._fast_decode = generate(self.root)
-        except Unsupported:  # fastavro converts what cdcflow does not model
-            self._fast_encode = self._fast_decode = None
-        # the Python paths: the generated writer / reader, fastavro for what they refuse (no
-        # reference to self, so a kernel plan holding one as its fallback makes no cycle with the codec)
-        self._encode_python = _python_encoder(self._fast_encode, self._parsed, self.root)
-        self._decode_python = _python_decoder(self._fast_decode, self._parsed, self.root)
-        # the kernel plans (callables), built on first use (None: not yet; False: no plan)
-        self._kernel_encode: Callable[[Any], bytes] | None | bool = None
-        self._kernel_decode: Callable[[bytes], Any] | None | bool = None
 
     # -- public ------------------------------------------------------------------
     def prepare(self, value: Any) -> Any:
@@ -412,68 +392,18 @@ class Codec:
             return False
 
     def encode(self, value: Any) -> bytes:
-        kernel = _encode_kernel
-        if kernel is not None:
-            plan = self._kernel_encode
-            if plan is None:
-                plan = self._build_kernel_encode(kernel)
-            if plan:
-                return plan(value)  # the kernel's bytes, or _encode_python's where it hands back
-        return self._encode_python(value)
-
-    def encoder(self) -> Callable[[Any], bytes]:
-        """A callable that behaves as ``encode``, for callers encoding many values: the compiled
-        plan itself when the kernel covers this schema (no Python frame per value), else ``encode``.
-        Chosen when asked: turning the kernel off later does not change an encoder already taken."""
-        kernel = _encode_kernel
-        if kernel is None:
-            return self.encode
-        plan = self._kernel_encode
-        if plan is None:
-            plan = self._build_kernel_encode(kernel)
-        return plan or self.encode
-
-    def _build_kernel_encode(self, kernel: Any) -> Callable[[Any], bytes] | bool:
-        # the kernel mirrors the generated writer, so it serves exactly the schemas that one does
-        plan = self._kernel_encode = self._fast_encode is not None and _encode_plan(
-            kernel, self.root, self._encode_python)
-        return plan
-
-    def _reference_encode(self, value: Any) -> bytes:
-        """fastavro after the strict check: the behaviour the generated encoder must match."""
         return _fastavro_encode(self._parsed, self.root, value)
 
     def decode(self, data: bytes) -> Any:
-        plan = self._compiled_plan()
-        if plan is not None:
-            return plan(data)  # the kernel's value, or _decode_python's where it hands back
-        return self._decode_python(data)
+        return _fastavro_decode(self._parsed, self.root, data)
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        """The callable that encodes values of this schema (for callers encoding many)."""
+        return self.encode
 
     def decoder(self) -> Callable[[bytes], Any]:
-        """A callable that behaves as ``decode``, for callers decoding many values: the compiled
-        plan itself when the kernel covers this schema (no Python frame per value), else ``decode``.
-        Chosen when asked: turning the kernel off later does not change a decoder already taken."""
-        return self._compiled_plan() or self.decode
-
-    def _compiled_plan(self) -> Any:
-        """The kernel's plan for this schema (built on first use), or None."""
-        kernel = _kernel
-        if kernel is None:
-            return None
-        plan = self._kernel_decode
-        if plan is None:
-            plan = self._build_kernel_decode(kernel)
-        return plan or None
-
-    def _build_kernel_decode(self, kernel: Any) -> Callable[[bytes], Any] | bool:
-        # the kernel mirrors the generated reader, so it serves exactly the schemas that one does
-        plan = self._kernel_decode = self._fast_decode is not None and _decode_plan(
-            kernel, self.root, self._decode_python)
-        return plan
-
-    def _reference_decode(self, data: bytes) -> Any:
-        """fastavro and the native conversions: the behaviour the generated decoder must match."""
-        return _fastavro_decode(self._parsed, self.root, data)
+        """The callable that decodes data of this schema (for callers decoding many)."""
+        return self.decode
 
     # -- compilation -------------------------------------------------------------
     def _compile(self, t: Any, namespace: str | None) -> _Node:
@@ -555,7 +485,7 @@ def _prepare(root: _Node, value: Any) -> Any:
 
 
 def _fastavro_encode(parsed: Any, root: _Node, value: Any) -> bytes:
-    """fastavro after the strict check: the reference encode, and its precise errors."""
+    """The strict check, then fastavro; a ConversionError naming the value that does not fit."""
     prepared = _prepare(root, value)
     buf = io.BytesIO()
     try:
@@ -565,25 +495,8 @@ def _fastavro_encode(parsed: Any, root: _Node, value: Any) -> bytes:
     return buf.getvalue()
 
 
-def _python_encoder(fast: Callable | None, parsed: Any, root: _Node) -> Callable[[Any], bytes]:
-    """The generated writer, with the reference for whatever it refuses (the reference then
-    writes the same bytes or raises the typed error)."""
-
-    def encode_python(value: Any) -> bytes:
-        if fast is not None:
-            out: list[bytes] = []
-            try:
-                fast(value, out)
-                return b"".join(out)
-            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
-                pass
-        return _fastavro_encode(parsed, root, value)
-
-    return encode_python
-
-
 def _fastavro_decode(parsed: Any, root: _Node, data: bytes) -> Any:
-    """fastavro and the native conversions: the reference decode, and its precise errors."""
+    """fastavro, then the native conversions; a ConversionError saying what does not match."""
     buf = io.BytesIO(data)
     try:
         value = schemaless_reader(buf, parsed, None, return_record_name=True)
@@ -592,23 +505,12 @@ def _fastavro_decode(parsed: Any, root: _Node, data: bytes) -> Any:
     if buf.tell() != len(data):
         raise ConversionError(f"data does not match its Avro schema: {len(data) - buf.tell()} trailing bytes")
     dec = root.dec
-    return value if dec is None else dec(value)
-
-
-def _python_decoder(fast: Callable | None, parsed: Any, root: _Node) -> Callable[[bytes], Any]:
-    """The generated reader, with the reference for whatever it does not read to the end."""
-
-    def decode_python(data: bytes) -> Any:
-        if fast is not None:
-            try:
-                value, end = fast(data, 0)
-                if end == len(data):
-                    return value
-            except Exception:  # noqa: BLE001 - the reference path below says precisely what is wrong
-                pass
-        return _fastavro_decode(parsed, root, data)
-
-    return decode_python
+    if dec is None:
+        return value
+    try:
+        return dec(value)
+    except (ValueError, ArithmeticError, TypeError, KeyError) as e:  # e.g. decimal text that is not a number
+        raise ConversionError(f"data does not match its Avro schema: {type(e).__name__}: {e}") from None
 
 
 def _fastavro_schema(t: Any) -> Any:
@@ -888,149 +790,6 @@ def _union(branches: list[_Node], avro: Any) -> _Node:
     node = _Node(enc, dec if needs_dec else None, "union", tuple({t for b in branches for t in b.py_types}), "union", avro)
     node.branches = branches  # type: ignore[attr-defined]
     return node
-
-
-# ---------------------------------------------------------------------------
-# Decode kernel plan
-# ---------------------------------------------------------------------------
-class _NoPlan(Exception):
-    """Internal: a node kind the kernel does not read; the generated reader keeps the schema."""
-
-
-_DECIMAL_FAST_MAX_SCALE = 999_999  # what the kernel's "<digits>E-<scale>" text path accepts
-
-
-def _decimal_convert(precision: int, scale: int) -> tuple[Callable[[bytes], Decimal], bool]:
-    """The generated reader's decimal conversion (the kernel calls it when its own path does not
-    apply) and whether the kernel's exact path gives the same value: true when ``scaleb`` can
-    neither round nor clamp a value of at most ``precision`` digits."""
-    ctx = Context(prec=precision)
-
-    def convert(raw: bytes) -> Decimal:
-        return ctx.create_decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, ctx)
-
-    fast = (0 <= scale <= _DECIMAL_FAST_MAX_SCALE and ctx.clamp == 0 and ctx.Emin <= -scale
-            and precision - 1 - scale <= ctx.Emax)
-    return convert, fast
-
-
-def flat_plan(root: Any, entry: Callable[[Any, Callable[[Any], int]], tuple]) -> tuple[tuple, int]:
-    """A kernel plan's node table: ``entry(node, visit)`` for every node under ``root``, children
-    referred to by the index ``visit(child)`` returns, and the root's index.
-
-    Why flat: a recursive record becomes plain data (no reference cycle through the kernel
-    object), and every kernel (Avro decode and encode, the JSON form) reads the same shape.
-    """
-    entries: list[tuple] = []
-    index: dict[int, int] = {}
-
-    def visit(node: Any) -> int:
-        at = index.get(id(node))
-        if at is None:
-            at = index[id(node)] = len(entries)
-            entries.append(())  # reserved first: a recursive record refers to its own index
-            entries[at] = entry(node, visit)
-        return at
-
-    root_index = visit(root)
-    return tuple(entries), root_index
-
-
-def _decode_plan(kernel: Any, root: _Node, fallback: Callable[[bytes], Any]) -> Callable[[bytes], Any] | bool:
-    """The kernel's plan for the tree under ``root`` (False when a kind is not covered): calling
-    it decodes, with ``fallback`` deciding whatever the kernel hands back.
-
-    The plan is a flat tuple of node entries whose children are indexes into it, so a
-    recursive record is plain data (no reference cycle through the kernel object).
-    """
-    k = kernel
-    simple = {
-        "null": k.K_NULL, "boolean": k.K_BOOLEAN, "int": k.K_LONG, "long": k.K_LONG, "float": k.K_FLOAT,
-        "double": k.K_DOUBLE, "bytes": k.K_BYTES, "string": k.K_STRING, "bigint": k.K_BIGINT,
-        "date": k.K_DATE, "datetime": k.K_DATETIME, "time": k.K_TIME,
-    }
-
-    def entry(node: _Node, visit: Callable[[_Node], int]) -> tuple:
-        kind = node.kind
-        if kind in simple:
-            return (simple[kind],)
-        if kind == "decimal":  # the parameters exactly as the generated reader reads them
-            precision, scale = int(node.avro["precision"]), int(node.avro.get("scale", 0))
-            convert, fast = _decimal_convert(precision, scale)
-            return (k.K_DECIMAL, precision, scale, int(fast), convert, Decimal)
-        if kind == "decimal_text":
-            return (k.K_DECIMAL_TEXT, Decimal)
-        if kind == "enum":
-            return (k.K_ENUM, tuple(node.avro["symbols"]))
-        if kind == "fixed":
-            return (k.K_FIXED, int(node.avro["size"]))
-        if kind == "record":
-            keys = tuple(sys.intern(orig) if type(orig) is str else orig for orig, _, _ in node.fields)
-            return (k.K_RECORD, keys, tuple(visit(f) for _, _, f in node.fields))
-        if kind == "array":
-            return (k.K_ARRAY, visit(node.items))
-        if kind == "map":
-            return (k.K_MAP, visit(node.values))
-        if kind == "union":
-            return (k.K_UNION, tuple(visit(b) for b in node.branches))
-        raise _NoPlan(kind)
-
-    try:
-        nodes, root_index = flat_plan(root, entry)
-        return kernel.Plan(nodes, root_index, fallback)
-    except (_NoPlan, ValueError, TypeError, OverflowError, KeyError):
-        return False
-
-
-# ---------------------------------------------------------------------------
-# Encode kernel plan
-# ---------------------------------------------------------------------------
-def _encode_plan(kernel: Any, root: _Node, fallback: Callable[[Any], bytes]) -> Callable[[Any], bytes] | bool:
-    """The encode kernel's plan for the tree under ``root`` (False when a kind is not covered):
-    calling it encodes, with ``fallback`` deciding whatever the kernel hands back.
-
-    The parameters are read from the nodes exactly as the generated writer reads them, and
-    union branches are listed in the order it tries them (``Generator.union_branches``). As
-    for decode, the plan is a flat tuple whose children are indexes into it.
-    """
-    k = kernel
-    simple = {
-        "null": k.K_NULL, "boolean": k.K_BOOLEAN, "int": k.K_INT, "long": k.K_LONG, "float": k.K_FLOAT,
-        "double": k.K_DOUBLE, "bytes": k.K_BYTES, "string": k.K_STRING, "decimal_text": k.K_DECIMAL_TEXT,
-        "date": k.K_DATE, "datetime": k.K_DATETIME, "time": k.K_TIME,
-    }
-
-    def entry(node: _Node, visit: Callable[[_Node], int]) -> tuple:
-        kind = node.kind
-        if kind in simple:
-            return (simple[kind],)
-        if kind == "bigint":
-            precision = int(node.avro.get("precision") or 0)
-            return (k.K_BIGINT, precision, 10 ** precision if precision > 0 else None)
-        if kind == "decimal":
-            return (k.K_DECIMAL, int(node.avro["precision"]), int(node.avro.get("scale", 0)))
-        if kind == "enum":
-            return (k.K_ENUM, {symbol: i for i, symbol in enumerate(node.avro["symbols"])})
-        if kind == "fixed":
-            return (k.K_FIXED, int(node.avro["size"]))
-        if kind == "record":
-            keys = tuple(sys.intern(orig) if type(orig) is str else orig for orig, _, _ in node.fields)
-            return (k.K_RECORD, keys, tuple(visit(f) for _, _, f in node.fields))
-        if kind == "array":
-            return (k.K_ARRAY, visit(node.items))
-        if kind == "map":
-            return (k.K_MAP, visit(node.values))
-        if kind == "union":
-            scalars, containers, _ = Generator.union_branches(node)
-            tried = scalars + containers
-            return (k.K_UNION, tuple(i for i, _ in tried), tuple(visit(b) for _, b in tried))
-        raise _NoPlan(kind)
-
-    try:
-        nodes, root_index = flat_plan(root, entry)
-        return kernel.Plan(nodes, root_index, fallback)
-    except (_NoPlan, Unsupported, ValueError, TypeError, OverflowError, KeyError):
-        return False
 
 
 # ---------------------------------------------------------------------------

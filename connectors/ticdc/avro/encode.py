@@ -1,0 +1,245 @@
+"""TiCDC Avro encoding: events -> Confluent-framed messages (``0x00`` + 4-byte schema id + body).
+
+Per table the encoder registers the key and value schemas once and keeps one converter per
+column (``schema._encoder_for``); fastavro writes the body. A DELETE is key + tombstone (None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from typing import Any, Callable, Iterable
+
+from fastavro import parse_schema, schemaless_writer
+from fastavro.validation import validate as _fastavro_validate
+
+from cdcflow.errors import InfrastructureError, SchemaError
+from cdcflow.record import Record
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
+
+from ..errors import UnrepresentableValue, UnsupportedEvent
+from ..events import DELETE, INSERT, DDLEvent, Event, ResolvedEvent, RowChange, from_record
+from .schema import (
+    _2_63,
+    _2_64,
+    _HEADER,
+    _U64,
+    CHECKPOINT_BYTE,
+    CODEC,
+    COMMIT_TS_FIELD,
+    DDL_BYTE,
+    MAGIC,
+    NAME_PROP,
+    OP_FIELD,
+    PHYSICAL_TIME_FIELD,
+    AvroOptions,
+    _encoder_for,
+    _go_json,
+    _unique_field_names,
+    build_schema,
+    schema_text,
+    topic_subject,
+)
+
+
+def _row_converter(columns: Iterable[Column], fnames: list[str], opts: AvroOptions, table: str,
+                   extension: bool = False) -> Callable[..., dict]:
+    """Native row -> Avro datum for one table, each column through its converter. With
+    ``extension`` it is ``convert(row, op, commit_ts, physical_time)`` and the datum ends with
+    the three ``_tidb_*`` fields."""
+    plan = [(col.name, fname, _encoder_for(col, opts, table)) for col, fname in zip(columns, fnames)]
+
+    def convert(row: dict, *ext: Any) -> dict:
+        datum = {}
+        for name, fname, conv in plan:
+            v = row[name]
+            datum[fname] = v if v is None or conv is None else conv(v)
+        if extension:
+            datum[OP_FIELD], datum[COMMIT_TS_FIELD], datum[PHYSICAL_TIME_FIELD] = ext
+        return datum
+
+    return convert
+
+
+@dataclasses.dataclass
+class _EncodePlan:
+    value_schema: Any  # parsed (fastavro)
+    key_schema: Any | None
+    value_id: int
+    key_id: int | None
+    names: frozenset  # column names a row must have
+    width: int  # how many
+    key_names: tuple[str, ...]
+    convert: Callable[..., dict]  # row -> value datum
+    convert_key: Callable[[dict], dict] | None
+    value_fields: dict  # avro field name -> field schema (error diagnosis)
+    key_fields: dict
+    value_head: bytes  # 0x00 + 4-byte schema id
+    key_head: bytes
+
+
+class AvroEncoder:
+    """Events -> Confluent-framed Avro messages, one ``(key, value)`` per event.
+
+    A DELETE gives ``(key, None)``; DDL and resolved events give ``None`` (no
+    message, as TiCDC) unless ``enable_watermark`` and the extension are on,
+    then ``(None, 0x01+JSON)`` / ``(None, 0x02+ts)``.
+    """
+
+    def __init__(self, options: AvroOptions | None, registry):
+        self.options = options or AvroOptions()
+        self.registry = registry
+        self._plans: dict[tuple[str, int], tuple[TableSchema, _EncodePlan]] = {}
+        self._plans_by_value: dict[tuple[str, TableSchema], _EncodePlan] = {}
+
+    # -- plans ---------------------------------------------------------------
+    def _plan(self, table: TableSchema, topic: str) -> _EncodePlan:
+        hit = self._plans.get((topic, id(table)))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        plan = self._plans_by_value.get((topic, table))
+        if plan is None:
+            plan = self._build_plan(table, topic)
+            self._plans_by_value[(topic, table)] = plan
+        if len(self._plans) > 10_000:
+            self._plans.clear()
+        self._plans[(topic, id(table))] = (table, plan)
+        return plan
+
+    def _build_plan(self, table: TableSchema, topic: str) -> _EncodePlan:
+        opts = self.options
+        vschema = build_schema(table, opts, key=False)
+        if vschema is None:
+            raise UnsupportedEvent(CODEC, table.collection, "a table without columns has no Avro schema")
+        kschema = build_schema(table, opts, key=True)
+        value_id = self._register(topic_subject(topic, False), schema_text(vschema))
+        key_id = self._register(topic_subject(topic, True), schema_text(kschema)) if kschema else None
+
+        try:
+            parsed_v = parse_schema(vschema)
+            parsed_k = parse_schema(kschema) if kschema else None
+        except Exception as e:  # noqa: BLE001 - a schema fastavro rejects is our bug or a bad default
+            raise UnsupportedEvent(CODEC, table.collection, f"schema rejected by Avro: {e}") from None
+        return _EncodePlan(
+            parsed_v, parsed_k, value_id, key_id,
+            frozenset(c.name for c in table.columns), len(table.columns), tuple(c.name for c in table.handle_key),
+            _row_converter(table.columns, _unique_field_names(table.columns, table), opts, table.collection,
+                           extension=opts.enable_tidb_extension),
+            _row_converter(table.handle_key, _unique_field_names(table.handle_key, table), opts,
+                           table.collection) if kschema else None,
+            {f["name"]: f for f in vschema["fields"]}, {f["name"]: f for f in kschema["fields"]} if kschema else {},
+            _HEADER.pack(MAGIC, value_id),
+            _HEADER.pack(MAGIC, key_id) if key_id is not None else b"",
+        )
+
+    def _register(self, subject: str, text: str) -> int:
+        try:
+            return int(self.registry.register(subject, text))
+        except InfrastructureError:
+            raise  # the registry is down: the batch fails, no record is to blame
+        except SchemaError as e:
+            raise UnsupportedEvent(CODEC, subject, f"registry refused the schema: {e}") from None
+
+    # -- encoding ------------------------------------------------------------
+    def encode(self, events: Iterable[Event], topic: str) -> list[tuple[bytes | None, bytes | None] | None]:
+        out: list = []
+        append = out.append
+        table = plan = None
+        for ev in events:
+            if type(ev) is RowChange:
+                if ev.table is not table:  # runs of one table's rows share the plan lookup
+                    table = ev.table
+                    plan = self._plan(table, topic)
+                append(self._encode_row(ev, plan))
+            else:
+                append(self._encode_control(ev))
+        return out
+
+    def encode_one(self, event: Event, topic: str) -> tuple[bytes | None, bytes | None] | None:
+        return self.encode((event,), topic)[0]
+
+    def encode_records(self, records: Iterable[Record], topic: str, store=None) -> list:
+        """OpenCDC records -> messages (the column model from each record's schema)."""
+        return self.encode([from_record(r, store) for r in records], topic)
+
+    def _encode_row(self, ev: RowChange, plan: _EncodePlan) -> tuple[bytes | None, bytes | None]:
+        row = ev.row
+        if row is None:
+            raise UnsupportedEvent(CODEC, ev.table.collection, "row change without a row")
+        kind = ev.kind
+        key_bytes = None
+        if plan.key_schema is not None:
+            try:
+                key_datum = plan.convert_key(row)
+            except KeyError as e:
+                raise UnrepresentableValue(CODEC, ev.table.collection, e.args[0], None,
+                                           "handle-key column missing from the row")
+            key_bytes = _write(plan.key_schema, plan.key_head, key_datum, plan.key_fields, ev.table.collection)
+        elif kind == DELETE:
+            raise UnsupportedEvent(CODEC, ev.table.collection, "a DELETE needs a handle key: Avro sends only the key")
+        if kind == DELETE:
+            return key_bytes, None
+        # the converter reads every column, so a row of the right size that converts has exactly the
+        # table's columns; otherwise the column check runs first, as its error comes first
+        try:
+            if self.options.enable_tidb_extension:
+                ts = ev.commit_ts
+                datum = plan.convert(row, "c" if kind == INSERT else "u", ts - _2_64 if ts >= _2_63 else ts, ts >> 18)
+            else:
+                datum = plan.convert(row)
+        except Exception:
+            _check_columns(plan, row, ev.table.collection)
+            raise
+        if len(row) != plan.width:
+            _check_columns(plan, row, ev.table.collection)
+        return key_bytes, _write(plan.value_schema, plan.value_head, datum, plan.value_fields, ev.table.collection)
+
+    def _encode_control(self, ev: Event) -> tuple[None, bytes] | None:
+        opts = self.options
+        if not (opts.enable_watermark and opts.enable_tidb_extension):
+            return None
+        if type(ev) is ResolvedEvent:
+            return None, bytes([CHECKPOINT_BYTE]) + _U64.pack(ev.ts)
+        if type(ev) is DDLEvent:
+            body = {"query": ev.query, "type": ev.ddl_type if ev.ddl_type is not None else 0,
+                    "schema": ev.schema, "table": ev.table_name, "commitTs": ev.commit_ts}
+            return None, bytes([DDL_BYTE]) + _go_json(body).encode()
+        raise TypeError(f"not a TiCDC event: {type(ev).__name__}")
+
+
+def _check_columns(plan: _EncodePlan, row: dict, coll: str) -> None:
+    """Raises when ``row`` does not have exactly the table's columns, naming the first odd one."""
+    if row.keys() != plan.names:
+        missing = sorted(plan.names - row.keys())
+        extra = sorted(row.keys() - plan.names)
+        name = (missing or extra)[0]
+        raise UnrepresentableValue(CODEC, coll, name, row.get(name),
+                                   f"row does not match the table's columns (missing {missing}, extra {extra})")
+
+
+def _write(schema: Any, head: bytes, datum: dict, fields: dict, coll: str) -> bytes:
+    """``head`` + the Avro body fastavro writes for ``datum``; when fastavro refuses a value,
+    the error names the column."""
+    buf = io.BytesIO()
+    buf.write(head)
+    try:
+        schemaless_writer(buf, schema, datum)
+    except Exception as e:  # noqa: BLE001 - find the column and say so
+        raise _diagnose(datum, fields, coll, e) from None
+    return buf.getvalue()
+
+
+def _diagnose(datum: dict, fields: dict, coll: str, error: Exception) -> UnrepresentableValue:
+    for name, field in fields.items():
+        value = datum.get(name)
+        try:
+            ok = _fastavro_validate(value, parse_schema(field["type"]) if not isinstance(field["type"], str)
+                                    else field["type"], raise_errors=False)
+        except Exception:  # noqa: BLE001
+            ok = False
+        if not ok:
+            return UnrepresentableValue(CODEC, coll, field.get(NAME_PROP, name), value,
+                                        f"value does not fit the Avro type {json.dumps(field['type'])}")
+    return UnrepresentableValue(CODEC, coll, "?", None, f"Avro writer failed: {error}")
+
