@@ -16,11 +16,11 @@ import os
 
 import pytest
 
-from cdcflow.batch import RecordBatch
 from cdcflow.connectors.storage.source import StorageBatch
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, to_record
 from cdcflow.convert.jsonform import dumps_lines
+from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.schemas import default_store
 from cdcflow.tidb import Column, TableSchema
 
@@ -182,6 +182,7 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
     from cdcflow.engine.state import StateDir
     from cdcflow.engine.task import run_partition, teardown_all
     from cdcflow.pipeline.validate import validate_files
+    from cdcflow.registry import load_registry
 
     settings = _lake(tmp_path, {"include-commit-ts": "true"})
     written: list[bool] = []  # per write: the batch had not made its Records
@@ -197,7 +198,8 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
     path = tmp_path / "p.yaml"
     path.write_text(PIPELINE.format(uri=settings["uri"], out=out))
     pipe = validate_files([str(path)]).pipelines[0]
-    ctx = RunContext({pipe.id: pipe}, StateDir(tmp_path / "state").create(), None, Limits(task_seconds=60))
+    ctx = RunContext.prepare({pipe.id: pipe}, StateDir(tmp_path / "state").create(), load_registry(),
+                             limits=Limits(task_seconds=60))
     try:
         stats = run_partition(ctx, PartitionTask("lake-to-file", "lake", "db/t"))
     finally:

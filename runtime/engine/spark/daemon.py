@@ -6,7 +6,7 @@ worker then imports PySpark's worker module, cdcflow's engine and every plugin m
 the registry itself, and the daemon imports PySpark from Spark's ``pyspark.zip``, which
 holds no bytecode: measured on this project's machine, the daemon spent ≈ 0.6 CPU-s
 compiling PySpark and each worker ≈ 0.3 CPU-s importing, all before the first record, on
-every run. This module (``spark.python.daemon.module = cdcflow.engine.daemon``, set by
+every run. This module (``spark.python.daemon.module = cdcflow.engine.spark.daemon``, set by
 ``session.base_conf``):
 
 1. drops Spark's bundled zips from ``sys.path`` when the very same PySpark is installed as
@@ -83,7 +83,7 @@ def builtin_plugin_modules() -> list[str]:
 
     Third-party plugins are left to the workers: their imports might start a thread, and a
     daemon that forks must not have any."""
-    from ..registry import ENTRY_POINT_GROUP
+    from ...registry import ENTRY_POINT_GROUP
 
     return sorted({ep.module for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
                    if ep.module.split(".")[0] == "cdcflow"})
@@ -105,7 +105,7 @@ def preload() -> list[str]:
     with contextlib.redirect_stdout(sys.stderr):
         import pyspark.worker  # noqa: F401 - imported for the forked workers
 
-        from . import task  # noqa: F401 - what unpickling a micro-batch's function imports
+        from .. import task  # noqa: F401 - what unpickling a micro-batch's function imports
 
         modules = builtin_plugin_modules()
         for name in modules:
