@@ -44,14 +44,15 @@ class DestinationNode:
                 raise
         return cls(cfg, plugin)
 
-    def write(self, pipeline: str, records: Sequence[Record], nacks: Nacks) -> int:
-        """Write ``records``; returns how many the plugin rejected (added to ``nacks``)."""
+    def write(self, pipeline: str, records: Sequence[Record], last_position: bytes, nacks: Nacks) -> int:
+        """Write ``records`` (``last_position`` is the last one's, known without making the Records
+        of a lazy batch); returns how many the plugin rejected (added to ``nacks``)."""
         dest_id = self.config.id
         with in_node(pipeline, DESTINATION, dest_id):
             errors = self.plugin.write(records)
             if errors and len(errors) != len(records):
                 raise CdcflowError(f"write returned {len(errors)} results for {len(records)} records")
-        self.last_position = records[-1].position
+        self.last_position = last_position
         failed = 0
         if errors:
             for r, err in zip(records, errors):

@@ -226,7 +226,7 @@ def _cycle(pipe: PipelineConfig, source: SourceNode, parts: _PipelineParts, acke
             drecs = before_stop(drecs, positions, verdict.stop_at)
         if not drecs:
             continue
-        failed = dest.write(pipe.id, drecs, nacks)
+        failed = dest.write(pipe.id, drecs, positions[-1] if drecs is batch else drecs[-1].position, nacks)
         if failed:
             verdict = dlq.verdict(pipe, task, positions, nacks, acker.state.window)
         dest_id = dest.config.id

@@ -186,11 +186,13 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
 
     settings = _lake(tmp_path, {"include-commit-ts": "true"})
     written: list[bool] = []  # per write: the batch had not made its Records
+    batches: list = []
     real = FileDestination.write
 
     def write(self, records):
         got = real(self, records)
         written.append(isinstance(records, StorageBatch) and records._records is None)
+        batches.append(records)
         return got
 
     monkeypatch.setattr(FileDestination, "write", write)
@@ -213,3 +215,4 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
         r.metadata.update(info)
     assert out.read_bytes() == dumps_lines(eager, default_store())
     assert len(written) == 10 and all(written)  # a read stops at the end of a file: 2 writes per file
+    assert all(b._records is None for b in batches)  # nor did the engine make them after the write
