@@ -8,9 +8,10 @@ a torn last line; its records were never acknowledged (the engine sends them
 again), so the next batch written to the file first cuts that torn tail off,
 under an exclusive ``flock`` shared by every writer of the file. Synced pages are
 then dropped from the page cache (``_drop_written``).
-As a standalone plugin it also takes the request messages' bytes (``write_wire``):
+As a standalone plugin it also takes the request messages' bytes (``write_wire``, the
+engine-internal ``WireDestination`` fast path):
 the JSON-form kernel writes their lines without building records. In the engine, a
-source's lazy batch (``cdcflow.batch.RecordBatch``) is asked for its lines first.
+source's lazy batch (``cdcflow.engine.fastpath.RecordBatch``) is asked for its lines first.
 
 Source: follows the file as it grows. A position is the byte offset just after
 a record's line (ASCII decimal), so a restart resumes at the next line. A last
@@ -37,7 +38,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from cdcflow.batch import RecordBatch
+from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.errors import CdcflowError, RecordError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record

@@ -1,9 +1,10 @@
 """Base classes for plugin authors: Source, Destination, Transform.
 
-The lifecycle is Conduit's: ``configure`` (settings already validated against the
-parameter spec) → ``open`` → ``read``/``write``/``process`` in batches → ``ack``
-→ ``stop`` → ``teardown``. The runtime drives it the same way for in-process
-plugins and for standalone ones behind gRPC.
+The lifecycle is Conduit's, and nothing else: ``configure`` (settings already validated
+against the parameter spec) → ``open`` → ``read``/``write``/``process`` in batches →
+``ack`` → ``stop`` → ``teardown``. The runtime drives it the same way for in-process
+plugins and for standalone ones behind gRPC. (Built-ins may also implement engine-internal
+fast paths, ``cdcflow.engine.fastpath``; a plugin never needs them.)
 """
 
 from __future__ import annotations
@@ -32,12 +33,6 @@ class Plugin:
 class Source(Plugin):
     """Produces records. One instance reads one partition."""
 
-    #: Set by the engine before ``open`` when nothing between this source and its destinations
-    #: needs Record objects (the pipeline has no processors). ``read`` may then return a
-    #: ``cdcflow.batch.RecordBatch`` that makes its Records only when asked, or renders itself
-    #: for a destination (the ``file`` destination asks for its JSON-form lines).
-    lazy_batches: bool = False
-
     #: Set by the engine before ``partitions`` when the run ends once every partition is idle
     #: (``cdcflow run --until-idle``): a source that can tell it has nothing to read because
     #: its location is wrong (a path that does not exist) raises then instead of idling.
@@ -56,8 +51,7 @@ class Source(Plugin):
 
     def read(self, max_records: int) -> Sequence[Record] | None:
         """Return up to ``max_records`` records; ``[]`` when none are ready now,
-        ``None`` when a bounded source has nothing more (end of stream). A list, or with
-        ``lazy_batches`` a ``RecordBatch``."""
+        ``None`` when a bounded source has nothing more (end of stream)."""
         raise NotImplementedError
 
     def ack(self, positions: Sequence[bytes]) -> None:
@@ -88,28 +82,12 @@ class Destination(Plugin):
         """
         raise NotImplementedError
 
-    def write_wire(self, messages: Sequence[bytes]) -> Sequence[Any]:
-        """Write batch messages' records from their protobuf bytes, durably before returning.
-
-        Optional, for a destination that can write records without them being built first (the
-        standalone plugin server then hands it the bytes of its ``Destination.Run`` requests:
-        records in field 1, read as ``cdcflow.convert.protobuf.from_wire`` reads them with the
-        default schema store). One entry per message, in order: the ``Destination.Run.Response``
-        bytes acknowledging every record of it (``cdcflow.standalone.framing.encode_acks``), or
-        ``(positions, failed)``: its records' positions and ``from_wire``'s ``failed`` (index ->
-        (position, error)) for the records that did not decode, nacked with that error; the
-        others are acknowledged. Return the latter for a message converted through records
-        (``from_wire``): when every message of a call was, the server decodes the next ones
-        ahead itself for a while and hands them to ``write``. Raising fails every record of the
-        messages, as ``write`` raising does; a message that is not a batch message must raise
-        before anything is written.
-
-        Default: NotImplemented, the records come through ``write``.
-        """
-        return NotImplemented
-
     def stop(self, last_position: bytes | None) -> None:
-        """Flush everything up to and including ``last_position``."""
+        """Flush everything up to and including ``last_position``.
+
+        The engine calls it once before ``teardown`` when it closes the destination after a
+        clean end (not after a failure), with the position of the last record it handed to
+        ``write`` (None if it wrote nothing), as Conduit calls Stop before Teardown."""
 
 
 class Filtered:

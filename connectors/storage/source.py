@@ -23,11 +23,11 @@ import stat
 import time
 from typing import Any, Mapping, Sequence
 
-from cdcflow.batch import RecordBatch
 from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
 from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder, CsvJsonRows
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
+from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
@@ -278,6 +278,10 @@ def _partition_dirs(files: FileStore, settings: StorageSettings, version_dir: st
 
 
 class StorageSource(Source):
+    #: the engine's ``LazyBatchSource`` fast path: set before ``open`` when the pipeline has no
+    #: processors; ``read`` then returns ``StorageBatch``es
+    lazy_batches: bool = False
+
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         self.settings: StorageSettings = resolve(config)

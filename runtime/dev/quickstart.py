@@ -233,7 +233,7 @@ def run_quickstart(file: str | None = None, *, master: str = "local[2]", out: Te
     env.update(CDCFLOW_KAFKA=dev.bootstrap_servers, CDCFLOW_REGISTRY=dev.registry_url)
     session = None
     try:
-        from cdcflow.engine.session import start_session
+        from cdcflow.engine.spark.session import start_session
         from cdcflow.engine.state import StateDir
 
         state = StateDir(state_dir).create()

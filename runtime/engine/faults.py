@@ -9,12 +9,15 @@ outage is never a record's fault, so it fails the whole batch instead of nacking
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from dataclasses import dataclass
 
 from ..errors import CdcflowError, InfrastructureError
 from ..pipeline.model import EngineConfig
+
+log = logging.getLogger("cdcflow.engine")
 
 SOURCE, PROCESSOR, DESTINATION, DLQ, STATE = "source", "processor", "destination", "DLQ", "state store"
 
@@ -62,6 +65,37 @@ def describe(e: BaseException) -> str:
         service = infra.service or "service"
         return f"{service} unavailable{where}: {text}"
     return text if isinstance(e, CdcflowError) else f"{type(e).__name__}: {text}"
+
+
+class in_node:
+    """``with in_node(pipeline, role, node):`` — a failure inside leaves as a ``NodeError`` naming
+    the node (an error already naming its node, or a deliberate stop, passes unchanged)."""
+
+    __slots__ = ("pipeline", "role", "node")
+
+    def __init__(self, pipeline: str, role: str, node: str):
+        self.pipeline, self.role, self.node = pipeline, role, node
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ, e, tb) -> None:
+        if e is not None and isinstance(e, Exception) and not isinstance(e, (NodeError, PipelineStopped)):
+            raise node_error(self.pipeline, self.role, self.node, e) from e
+
+
+class PipelineStopped(CdcflowError):
+    """The pipeline stopped on purpose: nack threshold exceeded or the DLQ write failed."""
+
+
+def quiet_teardown(part: object) -> None:
+    """``part.teardown()``, best effort: closing after a failure must not hide that failure."""
+    if part is None:
+        return
+    try:
+        part.teardown()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001
+        log.debug("teardown of %r failed", part, exc_info=True)
 
 
 def node_error(pipeline: str, role: str, node: str, e: BaseException) -> NodeError:

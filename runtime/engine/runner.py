@@ -20,7 +20,7 @@ from .driver import Driver
 from .faults import NodeError, describe
 from .plan import Limits, RunContext, plan_partitions
 from .progress import ProgressDisplay, Totals, summary
-from .session import parse_conf_pairs, resolve_master, ship_plugins, start_session
+from .spark.session import parse_conf_pairs, resolve_master, ship_plugins, start_session
 from .state import RunLock, StateDir
 
 log = logging.getLogger("cdcflow.engine")
@@ -141,7 +141,10 @@ def run_files(
         try:
             ship_plugins(session, state)
             try:
-                tasks = plan_partitions(selected, registry, until_idle)
+                ctx = RunContext.prepare({p.id: p for p in selected}, state, registry,
+                                         plugins_dir=str(plugins_dir) if plugins_dir else None,
+                                         limits=_limits(selected, limits))
+                tasks = plan_partitions(ctx, registry, until_idle)
             except (ConfigError, PluginNotFoundError) as e:
                 return RunOutcome(EXIT_INVALID, problems=[REDACTOR.redact(str(e))], state_dir=state.root)
             except CdcflowError as e:
@@ -149,12 +152,6 @@ def run_files(
                 return RunOutcome(EXIT_FAILED, failures=[REDACTOR.redact(f"cannot start: {where}{e}")],
                                   state_dir=state.root)
             resumed = _resumed(state, tasks)
-            ctx = RunContext(
-                pipelines={p.id: p for p in selected},
-                state=state,
-                plugins_dir=str(plugins_dir) if plugins_dir else None,
-                limits=_limits(selected, limits),
-            )
             if metrics_port is not None:
                 from .metrics import RunMetrics  # prometheus_client: imported only when metrics are served
 

@@ -1,18 +1,16 @@
-"""One source partition's share of a micro-batch, run inside a Spark task.
+"""One source partition's share of a micro-batch, run inside a Spark task: the nodes wired.
 
-Per batch: read → source processors → pipeline processors → for each destination
-its processors then a synchronous, durable ``write`` → rejected records to the
-DLQ (Conduit's nack window decides whether the pipeline stops instead) → save the
-partition's position and window atomically → ``ack`` the source. The save runs on a
-helper thread while the next batch is read and processed, and ends before that batch
-is written (``_Checkpoints``); the ack follows the save. Only records before a stop are acknowledged; records written past
-it are duplicates on the next run, never losses.
+Per batch (``_cycle``): the source node reads → the processor chains (the source's, the
+pipeline's, each destination's) → the nack window judges the rejections (``dlq``) → the
+acker ends the previous batch's save and acknowledges it → each destination node writes
+(durably) → the DLQ gets the rejected records before any stop → the acker settles the
+batch: its position and window are saved (on a helper thread while the next batch is read),
+then acknowledged. Only records before a stop are acknowledged; records written past it are
+duplicates on the next run, never losses.
 
-Plugins are expensive to start (a standalone plugin is a subprocess), so every
-Python worker process keeps what it opened in a process-level cache keyed by the
-plugin's configuration and reuses it across tasks and micro-batches. A cached
-source is reused only if it stopped exactly at the partition's saved position;
-otherwise (the partition ran in another process meanwhile) it is reopened there.
+The pipeline's processors and destinations are kept per Python worker process and reused
+across tasks and micro-batches (a standalone plugin is a subprocess: expensive to start);
+so are its sources (``source.py``).
 """
 
 from __future__ import annotations
@@ -25,59 +23,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..batch import RecordBatch, positions_of
 from ..errors import CdcflowError
-from ..heap import keep_freed_memory
 from ..pipeline.model import ConnectorConfig, PipelineConfig
-from ..record import (
-    META_SOURCE_CONNECTOR_ID,
-    META_SOURCE_PLUGIN_NAME,
-    META_SOURCE_PLUGIN_VERSION,
-    Record,
-)
-from .dlq import NackWindow, dlq_record
-from .faults import DESTINATION, DLQ, PROCESSOR, SOURCE, STATE, NodeError, RetryPolicy, as_infrastructure, describe, node_error
+from . import dlq, processors
+from . import source as source_nodes
+from .acker import Acker, state_node
+from .destination import DestinationNode, before_stop
+from .dlq import Nacks
+from .fastpath import positions_of
+from .faults import DLQ, STATE, NodeError, PipelineStopped, RetryPolicy, describe, in_node, quiet_teardown
 from .plan import PartitionTask, RunContext
-from .state import PartitionState
+from .source import SourceNode
+from .spark.heap import keep_freed_memory
+from .spark.worker import start_marks
 
 log = logging.getLogger("cdcflow.engine.task")
-
-
-def _process_started_at(pid: int | str = "self") -> float | None:
-    """When a process was started (wall clock), from ``/proc``; None elsewhere.
-
-    A Spark Python worker is forked by PySpark's daemon (its parent), so these two are
-    where a task's timeline starts: the daemon's start, then the worker's fork; what lies
-    between the fork and the task's first step is the worker's own start-up (PySpark's
-    worker module, unpickling, imports)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces
-        with open("/proc/uptime", "rb") as f:
-            uptime = float(f.read().split()[0])
-        ticks_since_boot = int(fields[19])  # field 22, "starttime"; fields[0] is field 3
-        return time.time() - (uptime - ticks_since_boot / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_process_marks: tuple[int, list[tuple[str, float]]] = (0, [])
-
-
-def _start_marks() -> list[tuple[str, float]]:
-    """This process's "daemon" and "worker" start marks, read once per process (the module may
-    have been imported before a fork: PySpark's daemon preloads it, ``daemon.py``)."""
-    global _process_marks
-    pid = os.getpid()
-    if _process_marks[0] != pid:
-        marks = [(step, at) for step, at in (("daemon", _process_started_at(os.getppid())),
-                                             ("worker", _process_started_at())) if at is not None]
-        _process_marks = (pid, marks)
-    return _process_marks[1]
-
-
-class PipelineStopped(CdcflowError):
-    """The pipeline stopped on purpose: nack threshold exceeded or the DLQ write failed."""
 
 
 @dataclass
@@ -110,56 +70,24 @@ class TaskStats:
     process_cpu_at_source: float = 0.0
 
 
-# -- process-level plugin cache ------------------------------------------------
+# -- what a worker process keeps -------------------------------------------------
 _lock = threading.Lock()
 _registry_cache: dict[tuple, Any] = {}
 _pipeline_cache: dict[tuple, "_PipelineParts"] = {}
-_source_cache: dict[tuple, "_OpenSource"] = {}
-
-
-@dataclass
-class _Destination:
-    config: ConnectorConfig
-    plugin: Any
-    chain: Any  # connector-level processors (None when there are none)
 
 
 @dataclass
 class _PipelineParts:
+    """A pipeline's nodes after its sources: its processors, destinations and DLQ."""
+
     chain: Any
-    destinations: list[_Destination]
-    dlq: Any
+    destinations: list[DestinationNode]
+    dlq: DestinationNode
 
-    def teardown(self) -> None:
-        for part in [self.chain, self.dlq, *(d.chain for d in self.destinations), *(d.plugin for d in self.destinations)]:
-            _quiet_teardown(part)
-
-
-@dataclass
-class _OpenSource:
-    plugin: Any
-    chain: Any
-    position: bytes | None  # where the next read continues: the last acknowledged position
-    name: str
-    version: str
-    fingerprint: str  # the source's configuration: a changed pipeline file reopens it
-
-    def teardown(self) -> None:
-        try:
-            self.plugin.stop()
-        except Exception:  # noqa: BLE001 - closing after a failure must not hide it
-            log.debug("source stop failed", exc_info=True)
-        _quiet_teardown(self.chain)
-        _quiet_teardown(self.plugin)
-
-
-def _quiet_teardown(part: Any) -> None:
-    if part is None:
-        return
-    try:
-        part.teardown()
-    except Exception:  # noqa: BLE001
-        log.debug("teardown of %r failed", part, exc_info=True)
+    def close(self, clean: bool) -> None:
+        quiet_teardown(self.chain)
+        for d in [*self.destinations, self.dlq]:
+            d.close(clean)
 
 
 def _prepare_process(ctx: RunContext) -> None:
@@ -167,6 +95,7 @@ def _prepare_process(ctx: RunContext) -> None:
     from ..params import install_redactor
     from ..schemas import STORE_ENV, set_default_store
 
+    ctx.install_secrets()
     install_redactor()
     if os.environ.get(STORE_ENV) != ctx.schema_store:
         os.environ[STORE_ENV] = ctx.schema_store
@@ -190,29 +119,10 @@ def _registry(ctx: RunContext):
 def _freeze_heap() -> None:
     """Move what the worker has loaded so far (modules, plugins, generated codecs' parents) out of
     the collector's reach: batches keep ~10k records alive, and each full collection would walk
-    that long-lived heap again.
-    Freed memory stays in the worker for the next batch (``cdcflow.heap``)."""
+    that long-lived heap again. Freed memory stays in the worker for the next batch (``spark.heap``)."""
     gc.collect()
     gc.freeze()
     keep_freed_memory()
-
-
-def _build_chain(processors, registry):
-    if not processors:
-        return None
-    from ..pipeline.chain import build_chain
-
-    return build_chain(processors, registry)
-
-
-def _open_destination(cfg: ConnectorConfig, plugin_ref: str, registry, settings_side: str = "destination"):
-    info = registry.connector(plugin_ref)
-    settings = info.validate(settings_side, cfg.settings, plugin_id=cfg.id)
-    dest = info.new_destination()
-    dest.id = cfg.id
-    dest.configure(settings)
-    dest.open()
-    return dest
 
 
 def _pipeline_parts(ctx: RunContext, pipe: PipelineConfig, registry) -> _PipelineParts:
@@ -223,240 +133,75 @@ def _pipeline_parts(ctx: RunContext, pipe: PipelineConfig, registry) -> _Pipelin
         return parts
     built: list[Any] = []
     try:
-        with _In(pipe.id, PROCESSOR, "/".join(p.id for p in pipe.processors)):
-            chain = _build_chain(pipe.processors, registry)
+        chain = processors.build(pipe.id, pipe.processors, registry)
         built.append(chain)
         dests = []
         for cfg in pipe.destinations:
-            with _In(pipe.id, DESTINATION, cfg.id):
-                plugin = _open_destination(cfg, cfg.plugin, registry)
-            built.append(plugin)
-            with _In(pipe.id, PROCESSOR, "/".join(p.id for p in cfg.processors)):
-                dchain = _build_chain(cfg.processors, registry)
-            built.append(dchain)
-            dests.append(_Destination(cfg, plugin, dchain))
+            node = DestinationNode.open(pipe.id, cfg, registry.connector(cfg.plugin),
+                                        ctx.settings_of(pipe.id, "destination", cfg.id))
+            built.append(node.plugin)
+            node.chain = processors.build(pipe.id, cfg.processors, registry)
+            built.append(node.chain)
+            dests.append(node)
         dlq_cfg = pipe.dead_letter_queue
-        with _In(pipe.id, DLQ, dlq_cfg.plugin):
-            dlq = _open_destination(
-                ConnectorConfig(id=f"{pipe.id}-dlq", type="destination", plugin=dlq_cfg.plugin,
-                                settings=dlq_cfg.settings),
-                dlq_cfg.plugin,
-                registry,
-            )
+        dlq_node = DestinationNode.open(
+            pipe.id,
+            ConnectorConfig(id=f"{pipe.id}-dlq", type="destination", plugin=dlq_cfg.plugin, settings=dlq_cfg.settings),
+            registry.connector(dlq_cfg.plugin), ctx.settings_of(pipe.id, DLQ), role=DLQ, node=dlq_cfg.plugin)
     except BaseException:
         for part in built:
-            _quiet_teardown(part)
+            quiet_teardown(part)
         raise
-    parts = _PipelineParts(chain, dests, dlq)
+    parts = _PipelineParts(chain, dests, dlq_node)
     with _lock:
         _pipeline_cache[key] = parts
     return parts
 
 
-def _open_source(
-    ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, state: PartitionState, registry, stats: TaskStats
-) -> _OpenSource:
-    cfg = next(c for c in pipe.sources if c.id == task.source)
-    key = (str(ctx.state.root), pipe.id, task.source, task.partition)
-    fingerprint = repr(cfg)
-    with _lock:
-        cached = _source_cache.get(key)
-    if cached is not None:
-        if cached.position == state.position and cached.fingerprint == fingerprint:
-            return cached
-        _evict_source(key)
-    stats.opened = True
-    info = registry.connector(cfg.plugin)
-    settings = info.validate("source", cfg.settings, plugin_id=cfg.id)
-    plugin = info.new_source()
-    plugin.id = cfg.id
-    # with no processors anywhere, nothing before the destinations needs Record objects
-    plugin.lazy_batches = not (cfg.processors or pipe.processors or any(d.processors for d in pipe.destinations))
-    chain = None
-    try:
-        with _In(pipe.id, SOURCE, cfg.id):
-            plugin.configure(settings)
-            plugin.open(state.position, task.partition)
-        with _In(pipe.id, PROCESSOR, "/".join(p.id for p in cfg.processors)):
-            chain = _build_chain(cfg.processors, registry)
-    except BaseException:
-        _quiet_teardown(chain)
-        _quiet_teardown(plugin)
-        raise
-    opened = _OpenSource(plugin, chain, state.position, info.name, info.version, fingerprint)
-    with _lock:
-        _source_cache[key] = opened
-    return opened
-
-
-def _evict_source(key: tuple) -> None:
-    with _lock:
-        src = _source_cache.pop(key, None)
-    if src is not None:
-        src.teardown()
-
-
 def _evict_pipeline(ctx: RunContext, pipeline_id: str) -> None:
+    """Close a pipeline's cached nodes after a failure (torn down without ``stop``)."""
     root = str(ctx.state.root)
+    source_nodes.evict_pipeline(ctx, pipeline_id)
     with _lock:
-        srcs = [k for k in _source_cache if k[0] == root and k[1] == pipeline_id]
-        parts = [k for k in _pipeline_cache if k[0] == root and k[1] == pipeline_id]
-        popped_parts = [_pipeline_cache.pop(k) for k in parts]
-    for k in srcs:
-        _evict_source(k)
-    for p in popped_parts:
-        p.teardown()
+        keys = [k for k in _pipeline_cache if k[0] == root and k[1] == pipeline_id]
+        popped = [_pipeline_cache.pop(k) for k in keys]
+    for p in popped:
+        p.close(clean=False)
 
 
 def teardown_all() -> int:
-    """Close every cached plugin in this process (end of run, best effort)."""
+    """Close every cached plugin in this process at the end of the run: destinations get
+    ``stop(last_position)`` before their teardown."""
     with _lock:
-        srcs = list(_source_cache)
         parts = list(_pipeline_cache.values())
         _pipeline_cache.clear()
-    for k in srcs:
-        _evict_source(k)
+    n = source_nodes.evict_all()
     for p in parts:
-        p.teardown()
-    return len(srcs) + len(parts)
+        p.close(clean=True)
+    return n + len(parts)
 
 
 # -- the batch cycle ------------------------------------------------------------
-class _Nacks:
-    """First rejection per source position (a record is nacked once, like Conduit)."""
-
-    __slots__ = ("by_position", "counts")
-
-    def __init__(self) -> None:
-        self.by_position: dict[bytes, tuple[Record, str, str]] = {}
-        self.counts: dict[str, int] = {}
-
-    def add(self, record: Record, node: str, error: str) -> None:
-        if record.position not in self.by_position:
-            self.by_position[record.position] = (record, node, error)
-            self.counts[node] = self.counts.get(node, 0) + 1
-
-
-class _In:
-    """``with _In(pipeline, role, node):`` — a failure inside leaves as a ``NodeError`` naming the node."""
-
-    __slots__ = ("pipeline", "role", "node")
-
-    def __init__(self, pipeline: str, role: str, node: str):
-        self.pipeline, self.role, self.node = pipeline, role, node
-
-    def __enter__(self) -> None:
+def _cycle(pipe: PipelineConfig, source: SourceNode, parts: _PipelineParts, acker: Acker, stats: TaskStats,
+           batch_size: int) -> bool | None:
+    """Read, process, write and settle one batch: True if it had records, False if the source had
+    none yet, None if the source ended."""
+    batch = source.read(batch_size)
+    if batch is None:
+        stats.ended = True
+        acker.end()
         return None
+    if not batch:
+        return False
+    if not stats.read:
+        stats.timeline.append(("first-batch", time.time()))
+    stats.read += len(batch)
 
-    def __exit__(self, typ, e, tb) -> None:
-        if e is not None and isinstance(e, Exception) and not isinstance(e, (NodeError, PipelineStopped)):
-            raise node_error(self.pipeline, self.role, self.node, e) from e
-
-
-def _run_chain(chain, records: list[Record], nacks: _Nacks, pipeline: str) -> tuple[list[Record], int]:
-    """Apply a chain; returns the surviving records and how many were filtered. A processor's
-    outage (``InfrastructureError``) fails the batch instead of nacking records."""
-    if chain is None or not records:
-        return records, 0
-    with _In(pipeline, PROCESSOR, "/".join(chain.node_ids)):
-        result = chain.process(records)
-    for n in result.nacks:
-        nacks.add(n.record, n.node_id, str(n.error))
-    filtered = max(0, len(records) - len(result.records) - len(result.nacks))
-    return result.records, filtered
-
-
-@dataclass(slots=True)
-class _Verdict:
-    """What the nack window makes of a batch's nacks so far."""
-
-    stop_at: int | None  # index (in the batch) of the record the pipeline stops at
-    reason: str
-    window_after: list[int]  # the window to save with the last acknowledged position
-    dlq: list[tuple[int, Record]]  # nacked records before the stop, as DLQ records
-    before_nack: dict[int, list[int]]  # the window as it was before each nack
-
-
-def _verdict(pipe: PipelineConfig, task: PartitionTask, positions: list[bytes], nacks: _Nacks,
-             window0: list[int]) -> _Verdict:
-    """Apply the nack window to the batch's nacks, in source order (pure: it is asked again when a
-    destination returns nacks)."""
-    dlq_cfg = pipe.dead_letter_queue
-    if not nacks.by_position:
-        if not any(window0):
-            return _Verdict(None, "", window0, [], {})
-        clean = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, window0)
-        clean.ack(len(positions))  # acks slide earlier nacks out of the window (cheap: O(window-size))
-        return _Verdict(None, "", clean.snapshot(), [], {})
-    unmatched = nacks.by_position.keys() - set(positions)
-    if unmatched:
-        _, node, error = nacks.by_position[next(iter(unmatched))]
-        raise NodeError(pipe.id, PROCESSOR, node, CdcflowError(
-            "rejected a record whose position is not one the source produced in this batch "
-            f"(a processor changed .Position?); cannot route it to the DLQ safely: {error}"))
-    window = NackWindow(dlq_cfg.window_size, dlq_cfg.window_nack_threshold, window0)
-    before_nack: dict[int, list[int]] = {}
-    dlq_items: list[tuple[int, Record]] = []
-    run = 0
-    for i, pos in enumerate(positions):
-        hit = nacks.by_position.get(pos)
-        if hit is None:
-            run += 1
-            continue
-        window.ack(run)
-        run = 0
-        before_nack[i] = window.snapshot()
-        record, node, error = hit
-        if not window.nack():
-            reason = (
-                f"pipeline {pipe.id} stopped: {window.nacks} nacks in the last {window.size} records exceed "
-                f"window-nack-threshold {window.threshold} (source {task}, node {node}: {error})"
-            )
-            return _Verdict(i, reason, before_nack[i], dlq_items, before_nack)
-        dlq_items.append((i, dlq_record(record, node, error)))
-    window.ack(run)
-    return _Verdict(None, "", window.snapshot(), dlq_items, before_nack)
-
-
-def _before_stop(records: Sequence[Record], positions: list[bytes], stop_at: int) -> list[Record]:
-    """The records that come before the stopping one in source order (a destination's batch
-    after its processors: some records may be gone, a split may repeat a position)."""
-    later = set(positions[stop_at:])
-    out: list[Record] = []
-    for r in records:
-        if r.position in later:
-            break
-        out.append(r)
-    return out
-
-
-def _process_batch(
-    batch: Sequence[Record],
-    source: _OpenSource,
-    parts: _PipelineParts,
-    stats: TaskStats,
-    checkpoints: "_Checkpoints",
-    pipe: PipelineConfig,
-    state: PartitionState,
-) -> tuple[list[bytes], _Verdict, _Nacks]:
-    """Stamp, run every processor, then write each destination. The nack window is applied to the
-    processors' nacks *before* any write, so a stop writes nothing from the stopping record on;
-    a destination's own nacks are known only after its write: the destinations after it then get
-    only the records before the stop."""
-    nacks = _Nacks()
-    task = stats.task
-    src_id, name, version = task.source, source.name, source.version
-    if isinstance(batch, RecordBatch):
-        batch.add_metadata({META_SOURCE_CONNECTOR_ID: src_id, META_SOURCE_PLUGIN_NAME: name,
-                            META_SOURCE_PLUGIN_VERSION: version})
-    else:
-        for r in batch:
-            md = r.metadata
-            md[META_SOURCE_CONNECTOR_ID] = src_id
-            md[META_SOURCE_PLUGIN_NAME] = name
-            md[META_SOURCE_PLUGIN_VERSION] = version
-    records, f1 = _run_chain(source.chain, batch, nacks, pipe.id)
-    records, f2 = _run_chain(parts.chain, records, nacks, pipe.id)
+    # processors: the nack window sees their rejections before anything is written, so a stop
+    # writes nothing from the stopping record on
+    nacks = Nacks()
+    records, f1 = processors.run(source.chain, batch, nacks, pipe.id)
+    records, f2 = processors.run(parts.chain, records, nacks, pipe.id)
     stats.filtered += f1 + f2
     fan_out = len(parts.destinations) > 1
     outputs = []
@@ -465,194 +210,54 @@ def _process_batch(
         if dest.chain is not None:
             if fan_out:
                 drecs = [r.copy() for r in drecs]  # its processors must not change what the others get
-            drecs, f = _run_chain(dest.chain, drecs, nacks, pipe.id)
+            drecs, f = processors.run(dest.chain, drecs, nacks, pipe.id)
             stats.filtered += f
         outputs.append((dest, drecs))
     positions = positions_of(batch)
-    verdict = _verdict(pipe, task, positions, nacks, state.window)
+    task = stats.task
+    verdict = dlq.verdict(pipe, task, positions, nacks, acker.state.window)
+
+    acker.wait()  # the previous batch is saved and acknowledged before this one is written
+
+    # destinations: a destination's own nacks are known after its write; the destinations after
+    # it then get only the records before a stop
     for dest, drecs in outputs:
         if verdict.stop_at is not None:
-            drecs = _before_stop(drecs, positions, verdict.stop_at)
+            drecs = before_stop(drecs, positions, verdict.stop_at)
         if not drecs:
             continue
-        checkpoints.flush()  # the previous batch is saved before this one is written: one unsaved batch at most
+        failed = dest.write(pipe.id, drecs, positions[-1] if drecs is batch else drecs[-1].position, nacks)
+        if failed:
+            verdict = dlq.verdict(pipe, task, positions, nacks, acker.state.window)
         dest_id = dest.config.id
-        with _In(pipe.id, DESTINATION, dest_id):
-            errors = dest.plugin.write(drecs)
-            if errors and len(errors) != len(drecs):
-                raise CdcflowError(f"write returned {len(errors)} results for {len(drecs)} records")
-        failed = 0
-        if errors:
-            for r, err in zip(drecs, errors):
-                if err is not None:
-                    failed += 1
-                    nacks.add(r, dest_id, str(err))
-            if failed:
-                verdict = _verdict(pipe, task, positions, nacks, state.window)
         stats.written[dest_id] = stats.written.get(dest_id, 0) + len(drecs) - failed
-    return positions, verdict, nacks
-
-
-def _settle(
-    pipe: PipelineConfig,
-    task: PartitionTask,
-    positions: list[bytes],
-    verdict: _Verdict,
-    nacks: _Nacks,
-    state: PartitionState,
-    parts: _PipelineParts,
-    stats: TaskStats,
-) -> tuple[list[bytes], str | None]:
-    """Write the DLQ; returns the positions now settled (``state`` holds their position and
-    window) and, if the pipeline must stop, why. A DLQ outage fails the batch (retried); any
-    other DLQ failure stops the pipeline at the first record it did not take."""
-    stop_at, reason, window_after = verdict.stop_at, verdict.reason, verdict.window_after
-    if verdict.dlq:
-        failed_at: int | None = None
-        why = ""
-        dlq_cfg = pipe.dead_letter_queue
-        try:
-            results = parts.dlq.write([r for _, r in verdict.dlq])
-        except Exception as e:  # noqa: BLE001 - a DLQ failure stops the pipeline, with its reason
-            if as_infrastructure(e) is not None:
-                raise node_error(pipe.id, DLQ, dlq_cfg.plugin, e) from e
-            failed_at, why = verdict.dlq[0][0], describe(e)
-        else:
-            for (i, _), err in zip(verdict.dlq, results or ()):
-                if err is not None:
-                    failed_at, why = i, str(err)
-                    break
-        if failed_at is not None:
-            stop_at = failed_at if stop_at is None else min(stop_at, failed_at)
-            window_after = verdict.before_nack[stop_at]
-            reason = (f"pipeline {pipe.id} stopped: writing to the dead-letter queue failed "
-                      f"({DLQ} {dlq_cfg.plugin}, source {task}): {why}")
-        stats.dlq += sum(1 for i, _ in verdict.dlq if stop_at is None or i < stop_at)
+    verdict = dlq.send(pipe, task, verdict, parts.dlq.plugin)
+    stop_at = verdict.stop_at
+    stats.dlq += sum(1 for i, _ in verdict.dlq if stop_at is None or i < stop_at)
     for node, n in nacks.counts.items():
         stats.nacked[node] = stats.nacked.get(node, 0) + n
+
     acked = positions if stop_at is None else positions[:stop_at]
     if acked:
-        state.position = acked[-1]
-        state.window = window_after
-    return acked, (reason if stop_at is not None else None)
+        acker.settle(acked, verdict.window_after)
+    if stop_at is not None:
+        acker.wait()  # what came before the stop is saved and acknowledged before the pipeline stops
+        stats.stopped = verdict.reason
+        raise PipelineStopped(verdict.reason)
+    return True
 
 
-# -- checkpoints ----------------------------------------------------------------
-_checkpoint_pool: Any = None
+def _work(ctx: RunContext, pipe: PipelineConfig, source: SourceNode, parts: _PipelineParts, acker: Acker,
+          stats: TaskStats) -> None:
+    """The batch cycle until the budget is used, the source ends or idles, or a stop is asked.
 
-
-def _checkpoint_executor():
-    global _checkpoint_pool
-    with _lock:
-        if _checkpoint_pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _checkpoint_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcflow-checkpoint")
-        return _checkpoint_pool
-
-
-class _Checkpoints:
-    """Saves a partition's state while the task reads its next batch, then acknowledges.
-
-    A checkpoint is a durable file replace (two fsyncs) that would leave
-    the core idle once per batch. Batch N's state is saved on a helper thread while
-    batch N+1 is read and goes through the processors; before any destination writes
-    N+1, N's save is awaited and N is acknowledged. The contract is kept: a position
-    is saved only after every destination wrote it, acknowledged only after it was
-    saved, saves of one partition never overlap, and a crash leaves at most one
-    written but unsaved batch per partition (the one being written).
-    """
-
-    __slots__ = ("_ctx", "_task", "_source", "_future", "_positions", "_stats")
-
-    def __init__(self, ctx: RunContext, task: PartitionTask, source: _OpenSource, stats: TaskStats):
-        self._ctx, self._task, self._source, self._stats = ctx, task, source, stats
-        self._future: Any = None
-        self._positions: list[bytes] = []
-
-    def submit(self, state: PartitionState, positions: list[bytes]) -> None:
-        self.flush()
-        snapshot = PartitionState(state.position, list(state.window), state.ended)
-        t = self._task
-        self._future = _checkpoint_executor().submit(self._ctx.state.save, t.pipeline, t.source, t.partition, snapshot)
-        self._positions = positions
-
-    def save_now(self, state: PartitionState) -> None:
-        self.flush()
-        t = self._task
-        with _In(t.pipeline, STATE, _state_node(t)):
-            self._ctx.state.save(t.pipeline, t.source, t.partition, state)
-        self._stats.saved += 1
-
-    def flush(self) -> None:
-        """Wait for the pending save (its error raises here), then acknowledge its positions."""
-        future, positions = self._future, self._positions
-        if future is None:
-            return
-        self._future, self._positions = None, []
-        t = self._task
-        with _In(t.pipeline, STATE, _state_node(t)):
-            future.result()
-        with _In(t.pipeline, SOURCE, t.source):
-            self._source.plugin.ack(positions)
-        self._source.position = positions[-1]
-        self._stats.saved += 1
-
-
-def _state_node(task: PartitionTask) -> str:
-    return f"(positions of source {task.source}{f'[{task.partition}]' if task.partition else ''})"
-
-
-def _work(
-    ctx: RunContext,
-    pipe: PipelineConfig,
-    task: PartitionTask,
-    state: PartitionState,
-    source: _OpenSource,
-    parts: _PipelineParts,
-    stats: TaskStats,
-    checkpoints: _Checkpoints,
-) -> None:
-    """The batch cycle until the budget is used, the source ends or idles, or a stop is asked."""
+    Each cycle runs with the automatic collector paused. A batch is ~10k records of a few
+    container objects each, all freed when the cycle ends; with the collector running, every
+    young-generation pass over them finds nothing (records hold no cycles). Objects a batch frees
+    also leave the collector's allocation count, so resuming it afterwards does not start a
+    collection; cyclic garbage a plugin leaves behind still counts and is collected later."""
     limits = ctx.limits
     batch_size = pipe.engine.batch_size or limits.batch_size
-
-    def one_batch() -> bool | None:
-        """Read, process, write and settle one batch: True if it had records, False if the
-        source had none yet, None if the source ended.
-
-        Runs with the automatic collector paused. A batch is ~10k records of a few container
-        objects each, all freed when this returns; with the collector running, every
-        young-generation pass over them (and the promotions to older generations) costs
-        time per record and finds nothing, as records hold no cycles. Objects a batch frees
-        also leave the collector's allocation count, so resuming it afterwards does not start
-        a collection; cyclic garbage a plugin leaves behind still counts and is collected later.
-        """
-        with _In(pipe.id, SOURCE, task.source):
-            batch = source.plugin.read(batch_size)
-        if batch is None:
-            stats.ended = True
-            if not state.ended:
-                state.ended = True
-                checkpoints.save_now(state)
-            return None
-        if not batch:
-            return False
-        if not stats.read:
-            stats.timeline.append(("first-batch", time.time()))
-        stats.read += len(batch)
-        positions, verdict, nacks = _process_batch(batch, source, parts, stats, checkpoints, pipe, state)
-        if verdict.dlq:
-            checkpoints.flush()  # DLQ writes, like destination writes, wait for the previous save
-        acked, stop_reason = _settle(pipe, task, positions, verdict, nacks, state, parts, stats)
-        if acked:
-            checkpoints.submit(state, acked)
-        if stop_reason is not None:
-            checkpoints.flush()
-            stats.stopped = stop_reason
-            raise PipelineStopped(stop_reason)
-        return True
-
     idle_since: float | None = None
     work_started = time.monotonic()  # the budget excludes opening plugins: every task reads
     while True:
@@ -666,7 +271,7 @@ def _work(
         collecting = gc.isenabled()
         gc.disable()
         try:
-            got = one_batch()
+            got = _cycle(pipe, source, parts, acker, stats, batch_size)
         finally:
             if collecting:
                 gc.enable()
@@ -679,7 +284,7 @@ def _work(
             idle_since = now
             # a source that knows nothing is waiting (it just looked) is idle now: waiting
             # out the timeout would only delay the micro-batch (and --until-idle's end)
-            caught_up = _caught_up(source.plugin)
+            caught_up = source.lag() == 0
         else:
             caught_up = False
         if caught_up or now - idle_since >= limits.idle_timeout:
@@ -688,12 +293,32 @@ def _work(
         time.sleep(0.01)
 
 
-def _caught_up(plugin) -> bool:
-    """The source says nothing waits behind its position (``lag() == 0``); a failing ``lag`` says nothing."""
+def _attempt(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, registry, stats: TaskStats) -> None:
+    """Open (or reuse) the partition's nodes at its saved state and work until the budget is used."""
+    mark = stats.timeline.append
+    with in_node(pipe.id, STATE, state_node(task)):
+        state = ctx.state.load(task.pipeline, task.source, task.partition)
+    parts = _pipeline_parts(ctx, pipe, registry)
+    mark(("pipeline", time.time()))
+    source, opened = source_nodes.open_source(ctx, pipe, task, state, registry)
+    stats.opened = stats.opened or opened
+    mark(("source", time.time()))
+    stats.process_cpu_at_source = time.process_time()
+    acker = Acker(ctx, task, source, state)
     try:
-        return plugin.lag() == 0
-    except Exception:  # noqa: BLE001 - lag is informative; the idle timeout still applies
-        return False
+        try:
+            _work(ctx, pipe, source, parts, acker, stats)
+            mark(("work", time.time()))
+        except BaseException:
+            try:
+                acker.wait()  # what was written and saved before the failure is still acknowledged
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                log.debug("checkpoint after a failure failed", exc_info=True)
+            raise
+        acker.wait()
+    finally:
+        stats.saved += acker.saved
+    stats.lag = source.lag()
 
 
 def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
@@ -706,7 +331,7 @@ def run_partition(ctx: RunContext, task: PartitionTask) -> TaskStats:
     started = time.monotonic()
     cpu_started = time.process_time()
     stats = TaskStats(task, pid=os.getpid())
-    stats.timeline.extend(_start_marks())
+    stats.timeline.extend(start_marks())
     mark = stats.timeline.append
     mark(("task", time.time()))
     try:
@@ -766,33 +391,6 @@ def _wait_unless_stopped(ctx: RunContext, seconds: float) -> bool:
         if left <= 0:
             return True
         time.sleep(min(left, 0.1))
-
-
-def _attempt(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, registry, stats: TaskStats) -> None:
-    """Open (or reuse) the partition's plugins at its saved state and work until the budget is used."""
-    mark = stats.timeline.append
-    with _In(pipe.id, STATE, _state_node(task)):
-        state = ctx.state.load(task.pipeline, task.source, task.partition)
-    parts = _pipeline_parts(ctx, pipe, registry)
-    mark(("pipeline", time.time()))
-    source = _open_source(ctx, pipe, task, state, registry, stats)
-    mark(("source", time.time()))
-    stats.process_cpu_at_source = time.process_time()
-    checkpoints = _Checkpoints(ctx, task, source, stats)
-    try:
-        _work(ctx, pipe, task, state, source, parts, stats, checkpoints)
-        mark(("work", time.time()))
-    except BaseException:
-        try:
-            checkpoints.flush()  # what was written and saved before the failure is still acknowledged
-        except Exception:  # noqa: BLE001 - the first failure is the one to report
-            log.debug("checkpoint after a failure failed", exc_info=True)
-        raise
-    checkpoints.flush()
-    try:
-        stats.lag = source.plugin.lag()
-    except Exception:  # noqa: BLE001 - lag is informative only
-        stats.lag = None
 
 
 #: set to a directory to write one cProfile file per task (``<pipeline>.<source>.<partition>.<pid>.<n>.prof``)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except CdcflowError as e:
         print(f"cannot serve {args.plugin}: {e}", file=sys.stderr, flush=True)
         return 1
-    from ..heap import keep_freed_memory
+    from ..engine.spark.heap import keep_freed_memory
     from .server import serve
 
     # what is loaded now lives as long as the process: keep full collections from walking it

@@ -32,6 +32,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..convert.protobuf import from_wire, to_proto
+from ..engine.fastpath import WireDestination
 from ..errors import CdcflowError, ConfigError, InfrastructureError
 from ..params import REDACTOR, Parameter, secret_values, validate
 from ..pb.connector.v2 import (
@@ -424,7 +425,8 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         requests that arrived while the destination wrote are written together
         (one ``write``, so one sync, for several messages). Every ack leaves
         only after the ``write`` holding its record returned. A destination with
-        ``write_wire`` gets the messages' bytes instead: no records are built.
+        ``write_wire`` (``cdcflow.engine.fastpath.WireDestination``) gets the messages' bytes
+        instead: no records are built.
         """
         if self._dst is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Run before Open")
@@ -432,7 +434,7 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         done = threading.Event()
         store = default_store()
         # a destination that takes message bytes gets them undecoded
-        wire = _WireMode(getattr(type(self._dst), "write_wire", Destination.write_wire) is not Destination.write_wire)
+        wire = _WireMode(isinstance(self._dst, WireDestination))
         threading.Thread(target=_read_requests, args=(request_iterator, store, inbox, done, wire),
                          name="destination-decode", daemon=True).start()
         try:

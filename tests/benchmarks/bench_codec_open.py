@@ -21,7 +21,7 @@ from decimal import Decimal
 import orjson
 
 from cdcflow.connectors.ticdc import open_protocol as op
-from cdcflow.heap import keep_freed_memory
+from cdcflow.engine.spark.heap import keep_freed_memory
 from cdcflow.connectors.ticdc.events import RowChange, to_record, to_records
 from cdcflow.schemas import SchemaStore
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
@@ -51,7 +51,7 @@ def make_events(n: int) -> list[RowChange]:
 
 
 def steady_heap() -> None:
-    """Keep freed memory in the process (``cdcflow.heap``, as the engine's workers and plugins do),
+    """Keep freed memory in the process (``cdcflow.engine.spark.heap``, as the engine's workers and plugins do),
     so a timed round does not page-fault its output buffers back in. On this VM those faults cost
     ≈ 2 µs per fresh 4 KiB page of kernel time and swung one floor 5× between runs; without
     them every side is timed on its own work, and no floor gets slower."""

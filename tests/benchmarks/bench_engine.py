@@ -123,6 +123,7 @@ def _overhead_engine(records: int, batch: int, work: Path) -> float:
     from cdcflow.engine.state import StateDir
     from cdcflow.engine.task import run_partition, teardown_all
     from cdcflow.pipeline.validate import validate_files
+    from cdcflow.registry import load_registry
 
     settings = "\n".join(f'          {k}: "{v}"' for k, v in {**OVERHEAD_SOURCE, "recordCount": records}.items())
     path = work / "overhead.yaml"
@@ -148,7 +149,7 @@ pipelines:
         raise SystemExit(f"overhead pipeline invalid: {result.problems}")
     pipe = result.pipelines[0]
     state = StateDir(tempfile.mkdtemp(dir=work)).create()
-    ctx = RunContext({pipe.id: pipe}, state, None, Limits(task_seconds=1e9))
+    ctx = RunContext.prepare({pipe.id: pipe}, state, load_registry(), limits=Limits(task_seconds=1e9))
     gc.disable()
     started = time.process_time()
     stats = run_partition(ctx, PartitionTask(pipe.id, "gen", "0"))

@@ -141,7 +141,7 @@ def run_once(lake: str, work: str, master: str, n: int, conf: list[str]) -> None
     phases.wrap(runner, "ship_plugins", "ship plugins")
     phases.wrap(runner, "plan_partitions", "plan partitions")
     phases.wrap(runner, "_teardown_executors", "executor teardown job")
-    from cdcflow.engine import session as session_module
+    from cdcflow.engine.spark import session as session_module
 
     phases.wrap(session_module.SessionInfo, "stop", "Spark stop")
     phases.wrap_jobs(driver_module)

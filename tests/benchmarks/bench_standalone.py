@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cdcflow.heap import keep_freed_memory
+from cdcflow.engine.spark.heap import keep_freed_memory
 from cdcflow.record import Operation, Record
 from cdcflow.registry import load_registry
 from cdcflow.standalone.export import export_launcher

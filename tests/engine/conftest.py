@@ -21,7 +21,7 @@ def test_plugins():
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory, test_plugins):
-    from cdcflow.engine.session import start_session
+    from cdcflow.engine.spark.session import start_session
     from cdcflow.engine.state import StateDir
 
     state = StateDir(tmp_path_factory.mktemp("spark-session")).create()

@@ -149,6 +149,23 @@ def test_output_equals_expected_records_in_order_per_partition(spark, test_plugi
     assert "nothing new to read" in capsys.readouterr().out
 
 
+def test_destinations_are_stopped_with_their_last_position_before_teardown(spark, test_plugins, tmp_path):
+    """Conduit calls a destination's Stop with the last position it got, then Teardown: at the
+    end of a run each open destination gets ``stop(last_position)`` before ``teardown`` (the
+    DLQ, which wrote nothing, ``stop(None)``)."""
+    path = pipeline(tmp_path, count=600, partitions=1, batch=100)
+    outcome = run_files([str(path)], until_idle=True, limits=SMALL, progress=False)
+    assert outcome.exit_code == 0, outcome.problems or outcome.failures
+    last = expected_output(600, 1)["0"][-1].position
+    out = (tmp_path / "out.bin.lifecycle").read_bytes().splitlines()
+    dlq = (tmp_path / "dlq.bin.lifecycle").read_bytes().splitlines()
+    # one stop and one teardown per Python worker that opened the destination
+    assert out and out[0::2] and all(line == b"teardown" for line in out[1::2]) and len(out) % 2 == 0
+    stops = [line.split(b" ", 1)[1] for line in out[0::2]]
+    assert all(line.startswith(b"stop ") for line in out[0::2]) and last in stops
+    assert set(dlq[0::2]) == {b"stop -"} and set(dlq[1::2]) == {b"teardown"} and len(dlq) == len(out)
+
+
 def test_rejected_records_go_to_dlq_until_the_window_threshold_stops(spark, test_plugins, tmp_path):
     # one partition, batches of 10: ids 5, 17, 40, 41 fit the window (10 records, at most 2 nacks);
     # 42 is the third nack within 10 records → stop; nothing from 42 on is acknowledged

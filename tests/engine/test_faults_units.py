@@ -111,7 +111,7 @@ def test_a_state_directory_error_names_the_path(tmp_path):
 def test_an_outage_while_planning_names_the_source():
     """The driver asks each source for its partitions before the run: a broker that is down
     then is named like a task's failure (pipeline, role, id, service, endpoint)."""
-    from cdcflow.engine.plan import plan_partitions
+    from cdcflow.engine.plan import RunContext, plan_partitions
     from cdcflow.pipeline.model import ConnectorConfig, PipelineConfig
     from cdcflow.sdk import Source
 
@@ -132,6 +132,6 @@ def test_an_outage_while_planning_names_the_source():
 
     pipe = PipelineConfig(id="p9", connectors=[ConnectorConfig(id="orders", type="source", plugin="x")])
     with pytest.raises(NodeError) as info:
-        plan_partitions([pipe], Registry())
+        plan_partitions(RunContext({"p9": pipe}, None, settings={("p9", "source", "orders"): {}}), Registry())
     assert info.value.pipeline == "p9" and info.value.retryable
     assert str(info.value) == "source orders: kafka unavailable at broker:9092: metadata request timed out"

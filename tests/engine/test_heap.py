@@ -1,4 +1,4 @@
-"""cdcflow.heap: the allocator policy of long-running workers."""
+"""cdcflow.engine.spark.heap: the allocator policy of long-running workers."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import pytest
 
 CHECK = """
 import ctypes, sys
-from cdcflow.heap import keep_freed_memory
+from cdcflow.engine.spark.heap import keep_freed_memory
 ok = keep_freed_memory()
 again = keep_freed_memory()
 print(ok, again)

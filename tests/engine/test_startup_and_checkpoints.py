@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow.engine import cds
+from cdcflow.engine.spark import cds
 from cdcflow.engine.plan import Limits, PartitionTask, RunContext
 from cdcflow.engine.state import StateDir
 from cdcflow.engine.task import run_partition, teardown_all
 from cdcflow.pipeline.validate import validate_files
+from cdcflow.registry import load_registry
 
 
 # -- class-data-sharing archive plan ----------------------------------------------
@@ -117,7 +118,7 @@ def test_previous_batch_is_saved_and_acked_before_the_next_is_written(tmp_path, 
     assert not result.problems
     pipe = result.pipelines[0]
     state = StateDir(tmp_path / "state").create()
-    ctx = RunContext({pipe.id: pipe}, state, None, Limits(task_seconds=60))
+    ctx = RunContext.prepare({pipe.id: pipe}, state, load_registry(), limits=Limits(task_seconds=60))
     try:
         stats = run_partition(ctx, PartitionTask("order", "gen", "0"))
     finally:
@@ -164,7 +165,7 @@ def test_a_failure_still_acknowledges_the_saved_batch(tmp_path, monkeypatch, fai
     path.write_text(PIPELINE.format(out=tmp_path / "out.jsonl"))
     pipe = validate_files([str(path)]).pipelines[0]
     state = StateDir(tmp_path / "state").create()
-    ctx = RunContext({pipe.id: pipe}, state, None, Limits(task_seconds=60))
+    ctx = RunContext.prepare({pipe.id: pipe}, state, load_registry(), limits=Limits(task_seconds=60))
     try:
         stats = run_partition(ctx, PartitionTask("order", "gen", "0"))
     finally:
@@ -208,6 +209,8 @@ def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(
 
     monkeypatch.setattr(GeneratorSource, "read", read)
     monkeypatch.setattr(FileDestination, "write", write)
+    # declares the engine's LazyBatchSource fast path (cdcflow.engine.fastpath), as the storage source does
+    monkeypatch.setattr(GeneratorSource, "lazy_batches", False, raising=False)
     text = PIPELINE.format(out=tmp_path / "out.jsonl")
     if processors:
         text = text.replace("    connectors:\n", PROCESSOR + "    connectors:\n")
@@ -216,7 +219,8 @@ def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(
     result = validate_files([str(path)])
     assert not result.problems
     pipe = result.pipelines[0]
-    ctx = RunContext({pipe.id: pipe}, StateDir(tmp_path / "state").create(), None, Limits(task_seconds=60))
+    ctx = RunContext.prepare({pipe.id: pipe}, StateDir(tmp_path / "state").create(), load_registry(),
+                             limits=Limits(task_seconds=60))
     assert gc.isenabled()
     try:
         stats = run_partition(ctx, PartitionTask("order", "gen", "0"))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cdcflow.engine.daemon import bundled_zips_to_drop
+from cdcflow.engine.spark.daemon import bundled_zips_to_drop
 from cdcflow.engine.runner import run_files
-from cdcflow.engine.session import DAEMON_MODULE, base_conf
+from cdcflow.engine.spark.session import DAEMON_MODULE, base_conf
 from cdcflow.engine.state import StateDir
 
 from helpers.engine import write_pipeline
@@ -47,7 +47,7 @@ def test_daemon_preload_imports_from_compiled_pyspark_without_threads(tmp_path):
         pytest.skip("this PySpark install has no bundled pyspark.zip")
     probe = (
         "import gc, sys, threading\n"
-        "from cdcflow.engine import daemon\n"
+        "from cdcflow.engine.spark import daemon\n"
         "dropped = daemon.use_installed_pyspark()\n"
         "modules = daemon.preload()\n"
         "import pyspark\n"
@@ -70,7 +70,7 @@ def test_a_failed_preload_still_runs_pysparks_daemon(monkeypatch, capsys):
     by a recorder so the test does not start serving on stdin."""
     import pyspark.daemon
 
-    from cdcflow.engine import daemon
+    from cdcflow.engine.spark import daemon
 
     def broken_preload():
         raise ImportError("a plugin module that cannot be imported")
@@ -86,7 +86,7 @@ def test_a_failed_preload_still_runs_pysparks_daemon(monkeypatch, capsys):
 
 def test_sessions_use_the_preloading_daemon(tmp_path):
     conf = base_conf(StateDir(tmp_path).create(), "local[1]")
-    assert conf["spark.python.daemon.module"] == DAEMON_MODULE == "cdcflow.engine.daemon"
+    assert conf["spark.python.daemon.module"] == DAEMON_MODULE == "cdcflow.engine.spark.daemon"
 
 
 @pytest.mark.spark
@@ -99,7 +99,7 @@ def test_workers_are_forked_by_cdcflows_daemon(spark):
         return [(parent, pyspark.__file__)]
 
     for parent, pyspark_file in spark.parallelize(range(2), 2).mapPartitions(probe).collect():
-        assert "-m cdcflow.engine.daemon" in parent
+        assert "-m cdcflow.engine.spark.daemon" in parent
         assert ".zip" not in pyspark_file  # PySpark's bytecode, not the sources in Spark's zip
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdcflow.batch import RecordBatch, positions_of
+from cdcflow.engine.fastpath import RecordBatch, positions_of
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.record import Operation, Record
 

@@ -17,6 +17,7 @@ import pytest
 from cdcflow.connectors.file import FileDestination
 from cdcflow.convert import jsonform
 from cdcflow.convert.protobuf import to_batch
+from cdcflow.engine.fastpath import WireDestination
 from cdcflow.record import META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, Operation, Record
 from cdcflow.registry import load_registry
 from cdcflow.sdk import Destination
@@ -204,9 +205,12 @@ def test_a_destination_that_declines_gets_records(tmp_path, plugin):
     assert same_lines(out.read_bytes(), in_process_file(tmp_path, batches))
 
 
-def test_write_wire_is_optional():
-    assert Destination().write_wire([b""]) is NotImplemented
-    assert FileDestination.write_wire is not Destination.write_wire
+def test_write_wire_is_an_engine_fast_path_not_the_sdk():
+    """Plugin authors see Conduit's lifecycle only: ``write_wire`` is the engine-internal
+    ``WireDestination`` capability, which the ``file`` destination implements."""
+    assert not hasattr(Destination, "write_wire")
+    assert not isinstance(Destination(), WireDestination)
+    assert isinstance(FileDestination(), WireDestination)
 
 
 def test_several_chunks_go_in_one_writev_and_a_partial_one_is_finished(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ def storage_uri(request, tmp_path):
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local[2] Spark session for the in-process engine tests (``run_files`` joins it)."""
-    from cdcflow.engine.session import start_session
+    from cdcflow.engine.spark.session import start_session
     from cdcflow.engine.state import StateDir
 
     state = StateDir(tmp_path_factory.mktemp("spark-session")).create()

@@ -16,12 +16,12 @@ import os
 
 import pytest
 
-from cdcflow.batch import RecordBatch
 from cdcflow.connectors.storage.source import StorageBatch
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, to_record
 from cdcflow.convert.jsonform import dumps_lines
+from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.schemas import default_store
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
@@ -183,14 +183,17 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
     from cdcflow.engine.state import StateDir
     from cdcflow.engine.task import run_partition, teardown_all
     from cdcflow.pipeline.validate import validate_files
+    from cdcflow.registry import load_registry
 
     settings = _lake(tmp_path, {"include-commit-ts": "true"})
     written: list[bool] = []  # per write: the batch had not made its Records
+    batches: list = []
     real = FileDestination.write
 
     def write(self, records):
         got = real(self, records)
         written.append(isinstance(records, StorageBatch) and records._records is None)
+        batches.append(records)
         return got
 
     monkeypatch.setattr(FileDestination, "write", write)
@@ -198,7 +201,8 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
     path = tmp_path / "p.yaml"
     path.write_text(PIPELINE.format(uri=settings["uri"], out=out))
     pipe = validate_files([str(path)]).pipelines[0]
-    ctx = RunContext({pipe.id: pipe}, StateDir(tmp_path / "state").create(), None, Limits(task_seconds=60))
+    ctx = RunContext.prepare({pipe.id: pipe}, StateDir(tmp_path / "state").create(), load_registry(),
+                             limits=Limits(task_seconds=60))
     try:
         stats = run_partition(ctx, PartitionTask("lake-to-file", "lake", "db/t"))
     finally:
@@ -212,3 +216,4 @@ def test_the_engine_writes_the_lines_of_the_records_without_making_them(tmp_path
         r.metadata.update(info)
     assert out.read_bytes() == dumps_lines(eager, default_store())
     assert len(written) == 10 and all(written)  # a read stops at the end of a file: 2 writes per file
+    assert all(b._records is None for b in batches)  # nor did the engine make them after the write

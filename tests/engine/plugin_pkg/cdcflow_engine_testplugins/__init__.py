@@ -5,7 +5,8 @@ engine must ship it to the Spark workers itself (zip with its .dist-info).
 
 - ``test-recorder``: appends pickled records to ``path`` (fsync'ed), so tests compare
   exact Record objects; rejects records whose key ``id`` is in ``reject`` (comma list)
-  with the message ``rejected id N``.
+  with the message ``rejected id N``. Its ``stop(last_position)`` and ``teardown`` calls
+  are appended to ``<path>.lifecycle`` (``stop <position or ->`` / ``teardown``).
 - ``test-broken``: every write raises (a DLQ that cannot be written).
 - ``test.lookup`` (transform): enriches records from a "service" whose first ``fail-batches``
   calls raise ``InfrastructureError`` (counted across processes in ``counter``), like a
@@ -54,10 +55,18 @@ class Recorder(Destination):
         os.fsync(self.fd)
         return results if any(results) else None
 
+    def _lifecycle(self, line: bytes) -> None:
+        with open(self.path + ".lifecycle", "ab") as f:
+            f.write(line + b"\n")
+
+    def stop(self, last_position):
+        self._lifecycle(b"stop " + (last_position or b"-"))
+
     def teardown(self):
         if getattr(self, "fd", None) is not None:
             os.close(self.fd)
             self.fd = None
+            self._lifecycle(b"teardown")
 
 
 class Outage(Recorder):

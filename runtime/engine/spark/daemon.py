@@ -5,7 +5,7 @@ first Python task and forks every Python worker from it. With PySpark's own daem
 worker then imports PySpark's worker module, cdcflow's engine and every plugin module of
 the registry itself, and the daemon imports PySpark from Spark's ``pyspark.zip``, which
 holds no bytecode: the daemon compiled PySpark and each worker imported everything again,
-all before the first record, on every run. This module (``spark.python.daemon.module = cdcflow.engine.daemon``, set by
+all before the first record, on every run. This module (``spark.python.daemon.module = cdcflow.engine.spark.daemon``, set by
 ``session.base_conf``):
 
 1. drops Spark's bundled zips from ``sys.path`` when the very same PySpark is installed as
@@ -82,7 +82,7 @@ def builtin_plugin_modules() -> list[str]:
 
     Third-party plugins are left to the workers: their imports might start a thread, and a
     daemon that forks must not have any."""
-    from ..registry import ENTRY_POINT_GROUP
+    from ...registry import ENTRY_POINT_GROUP
 
     return sorted({ep.module for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
                    if ep.module.split(".")[0] == "cdcflow"})
@@ -104,7 +104,7 @@ def preload() -> list[str]:
     with contextlib.redirect_stdout(sys.stderr):
         import pyspark.worker  # noqa: F401 - imported for the forked workers
 
-        from . import task  # noqa: F401 - what unpickling a micro-batch's function imports
+        from .. import task  # noqa: F401 - what unpickling a micro-batch's function imports
 
         modules = builtin_plugin_modules()
         for name in modules:

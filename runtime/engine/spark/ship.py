@@ -21,7 +21,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-log = logging.getLogger("cdcflow.engine.ship")
+log = logging.getLogger("cdcflow.engine.spark.ship")
 
 ENTRY_POINT_GROUP = "cdcflow"
 

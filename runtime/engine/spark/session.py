@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..schemas import STORE_ENV
+from ...schemas import STORE_ENV
 from . import cds
 from .cds import ArchivePlan
-from .state import StateDir
+from ..state import StateDir
 
-log = logging.getLogger("cdcflow.engine.session")
+log = logging.getLogger("cdcflow.engine.spark.session")
 
 DEFAULT_MASTER = "local[*]"
 
@@ -53,7 +53,7 @@ DRIVER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 #: the Python worker daemon Spark starts on each executor (``daemon.py``)
-DAEMON_MODULE = "cdcflow.engine.daemon"
+DAEMON_MODULE = "cdcflow.engine.spark.daemon"
 
 
 def resolve_master(cli_master: str | None, file_master: str | None) -> str:

@@ -1,20 +1,54 @@
-"""Record batches a source hands over before making their Records.
+"""Engine-internal fast paths that built-in connectors may implement; not part of the SDK.
 
-In a pass-through pipeline (no processors) most of the work is Python objects made only
-to be serialised again: the storage source turns CSV text into values and Records, the
-``file`` destination turns those back into JSON text. When nothing between a source and
-its destinations needs Record objects, the engine says so (``Source.lazy_batches``) and
-the source may return a ``RecordBatch`` from ``read`` instead of a list: a sequence of
-Records made on first use, which a destination writing Conduit's JSON form asks for its
-lines first (``jsonform_lines``). Every other consumer sees an ordinary sequence.
+A plugin author sees only Conduit's lifecycle (``cdcflow.sdk``). Some built-ins can do a
+batch's work without making the Python objects the lifecycle speaks in, and the engine or
+the standalone plugin server uses that when it can tell nothing else needs those objects.
+Each capability is a ``typing.Protocol`` here, checked with ``isinstance``:
+
+- ``LazyBatchSource``: a source the engine tells, before ``open``, that nothing between it
+  and its destinations needs Record objects (the pipeline has no processors). Its ``read``
+  may then return a ``RecordBatch``: a sequence of Records made on first use, which a
+  destination writing Conduit's JSON form asks for its finished lines first
+  (``RecordBatch.jsonform_lines``). Every other consumer sees an ordinary sequence.
+- ``WireDestination``: a destination that writes a standalone server's ``Destination.Run``
+  request messages from their protobuf bytes, without building the records first.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Sequence, overload
+from typing import Any, Iterator, Mapping, Protocol, Sequence, overload, runtime_checkable
 
-from .record import Record
-from .schemas import SchemaStore
+from ..record import Record
+from ..schemas import SchemaStore
+
+
+@runtime_checkable
+class LazyBatchSource(Protocol):
+    """A source that may return ``RecordBatch``es from ``read`` when ``lazy_batches`` is set.
+
+    The engine sets ``lazy_batches`` before ``open`` only when the pipeline has no
+    processors; a source leaves it ``False`` as a class attribute to declare the capability."""
+
+    lazy_batches: bool
+
+
+@runtime_checkable
+class WireDestination(Protocol):
+    """A destination that writes a standalone server's batch messages from their bytes."""
+
+    def write_wire(self, messages: Sequence[bytes]) -> Sequence[Any]:
+        """Write the records of ``Destination.Run`` request messages (records in field 1, read as
+        ``cdcflow.convert.protobuf.from_wire`` reads them with the default schema store),
+        durably before returning.
+
+        One entry per message, in order: the ``Destination.Run.Response`` bytes acknowledging
+        every record of it (``cdcflow.standalone.framing.encode_acks``), or ``(positions,
+        failed)``: its records' positions and ``from_wire``'s ``failed`` (index -> (position,
+        error)) for the records that did not decode, which are nacked with that error. The
+        latter says the message went through records: when every message of a call did, the
+        server decodes the next ones itself for a while and hands them to ``write``. Raising
+        fails every record of the messages; a message that is not a batch message raises
+        before anything is written. ``NotImplemented``: this instance takes records only."""
 
 
 class RecordBatch(Sequence[Record]):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-log = logging.getLogger("cdcflow.engine.cds")
+log = logging.getLogger("cdcflow.engine.spark.cds")
 
 CDS_ENV = "CDCFLOW_SPARK_CDS"
 CACHE_ENV = "CDCFLOW_CACHE_DIR"
