@@ -52,6 +52,7 @@ from cdcflow.tidb import (
     inline_text_expr,
     TIME_MAX_US,
     parse_date,
+    datetime_from_text,
     parse_datetime,
 )
 from cdcflow.tidb import ValueMismatch as _ValueProblem
@@ -934,7 +935,7 @@ def _column_converter(col: Column, options: CsvOptions) -> Callable[[tuple, str]
     if careful is parse_date:
         shape, fast = _DATE_COLUMN.fullmatch, _dt.date.fromisoformat
     elif careful is parse_datetime:
-        shape, fast = _DATETIME_COLUMN.fullmatch, _dt.datetime.fromisoformat
+        shape, fast = _DATETIME_COLUMN.fullmatch, datetime_from_text
     elif careful is _from_base64:
         shape, fast = None, _canonical_base64
     else:
