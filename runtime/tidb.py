@@ -89,6 +89,7 @@ class TableSchema:
 # fits the column (fsp, scale) and raise ``ValueMismatch``; parsers accept only
 # TiDB's own shapes and raise ``ValueError``.
 # ---------------------------------------------------------------------------
+import binascii as _binascii  # noqa: E402
 import datetime as _dt  # noqa: E402
 import decimal as _decimal  # noqa: E402
 import math as _math  # noqa: E402
@@ -100,7 +101,20 @@ _DATETIME = _dt.datetime
 
 if _sys.version_info >= (3, 11):
     datetime_from_text = _DATETIME.fromisoformat
+
+    def b64decode_strict(text: str) -> bytes:
+        """Base64 with nothing but the alphabet and correct padding (``binascii.Error`` is a ValueError)."""
+        return _binascii.a2b_base64(text, strict_mode=True)
 else:
+    # Python 3.10's a2b_base64 has no strict_mode: the same rules as a shape check first
+    _B64_STRICT = _re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+    def b64decode_strict(text: str) -> bytes:
+        """Base64 with nothing but the alphabet and correct padding (``binascii.Error`` is a ValueError)."""
+        if _B64_STRICT.fullmatch(text) is None:
+            raise _binascii.Error(f"not strict base64: {text[:40]!r}")
+        return _binascii.a2b_base64(text)
+
     def datetime_from_text(text: str) -> _dt.datetime:
         """``datetime.fromisoformat`` of 3.11 for TiDB's DATETIME text: Python 3.10's takes
         only 0, 3 or 6 fraction digits, so 1 to 5 are padded to 6 (same value)."""

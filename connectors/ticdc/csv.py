@@ -52,6 +52,7 @@ from cdcflow.tidb import (
     inline_text_expr,
     TIME_MAX_US,
     parse_date,
+    b64decode_strict,
     datetime_from_text,
     parse_datetime,
 )
@@ -181,8 +182,7 @@ def _parser(col: Column, options: CsvOptions) -> Callable[[str], Any] | None:
     return value_parser(col)
 
 
-def _from_base64(text: str) -> bytes:
-    return binascii.a2b_base64(text, strict_mode=True)  # binascii.Error is a ValueError
+_from_base64 = b64decode_strict
 
 
 def _from_hex(text: str) -> bytes:
