@@ -432,12 +432,15 @@ def _call_hook(pm: pluggy.PluginManager, reg: Registry, hook: str, origins: dict
         if len(results) == len(impls):
             break
         # pluggy drops None results, so they no longer line up: find who returned None
-        for impl in impls:
-            others = [i.plugin for i in impls if i is not impl] + failed
-            if pm.subset_hook_caller(hook, others)() == []:
-                failed.append(impl.plugin)
-                reg.errors.append(LoadFailure(BUILTIN, origins.get(impl.plugin_name, impl.plugin_name),
-                                              f"{hook}() returned None, not a list"))
+        returned_none = [impl for impl in impls
+                         if pm.subset_hook_caller(hook, [i.plugin for i in impls if i is not impl] + failed)() == []]
+        if not returned_none:  # a wrapper changed the results: they cannot be attributed
+            reg.errors.append(LoadFailure(BUILTIN, hook, f"{hook}() results do not match its implementations"))
+            return
+        for impl in returned_none:
+            failed.append(impl.plugin)
+            reg.errors.append(LoadFailure(BUILTIN, origins.get(impl.plugin_name, impl.plugin_name),
+                                          f"{hook}() returned None, not a list"))
     for impl, provided in zip(impls, results):
         origin = origins.get(impl.plugin_name, impl.plugin_name)
         for item in provided:

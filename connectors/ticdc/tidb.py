@@ -89,13 +89,36 @@ class TableSchema:
 # fits the column (fsp, scale) and raise ``ValueMismatch``; parsers accept only
 # TiDB's own shapes and raise ``ValueError``.
 # ---------------------------------------------------------------------------
+import binascii as _binascii  # noqa: E402
 import datetime as _dt  # noqa: E402
 import decimal as _decimal  # noqa: E402
 import math as _math  # noqa: E402
 import re as _re  # noqa: E402
+import sys as _sys  # noqa: E402
 
 _DATE = _dt.date
 _DATETIME = _dt.datetime
+
+if _sys.version_info >= (3, 11):
+    datetime_from_text = _DATETIME.fromisoformat
+
+    def b64decode_strict(text: str) -> bytes:
+        """Base64 with nothing but the alphabet and correct padding (``binascii.Error`` is a ValueError)."""
+        return _binascii.a2b_base64(text, strict_mode=True)
+else:
+    # Python 3.10's a2b_base64 has no strict_mode: the same rules as a shape check first
+    _B64_STRICT = _re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+    def b64decode_strict(text: str) -> bytes:
+        """Base64 with nothing but the alphabet and correct padding (``binascii.Error`` is a ValueError)."""
+        if _B64_STRICT.fullmatch(text) is None:
+            raise _binascii.Error(f"not strict base64: {text[:40]!r}")
+        return _binascii.a2b_base64(text)
+
+    def datetime_from_text(text: str) -> _dt.datetime:
+        """``datetime.fromisoformat`` of 3.11 for TiDB's DATETIME text: Python 3.10's takes
+        only 0, 3 or 6 fraction digits, so 1 to 5 are padded to 6 (same value)."""
+        return _DATETIME.fromisoformat(text if len(text) in (19, 26) else text.ljust(26, "0"))
 _TIMEDELTA = _dt.timedelta
 _DECIMAL = _decimal.Decimal
 _DEC_CTX = _decimal.Context(prec=200)  # DECIMAL(65,30) needs more than the default 28 digits
@@ -228,7 +251,7 @@ def parse_datetime(text: str) -> _dt.datetime:
     if (not (n == 19 or 21 <= n <= 26) or text[10] != " " or text[4] != "-" or text[7] != "-"
             or text[13] != ":" or text[16] != ":" or (n > 19 and (text[19] != "." or not text[20:].isdigit()))):
         raise ValueError(f"not a DATETIME 'YYYY-MM-DD HH:MM:SS[.ffffff]': {text!r}")
-    return _DATETIME.fromisoformat(text)
+    return datetime_from_text(text)
 
 
 _TIME_RE = _re.compile(r"(-?)(\d{2,3}):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?")
@@ -302,7 +325,8 @@ def remember(memo: dict, text: str, value: Any) -> Any:
     return value
 
 
-INLINE_NAMES = {"Decimal": _DECIMAL, "datetime": _DATETIME, "date": _DATE, "remember": remember}
+INLINE_NAMES = {"Decimal": _DECIMAL, "datetime": _DATETIME, "date": _DATE, "remember": remember,
+                "datetime_from_text": datetime_from_text}
 """Names the inline expressions use; put them in the generated code's namespace."""
 
 
@@ -359,7 +383,7 @@ def inline_parse_expr(type_name: str, v: str, bad: str, memo: str | None = None)
             return parse
         return f"(x if (x := {memo}.get({v})) is not None else remember({memo}, {v}, {parse}))"
     if type_name in ("DATETIME", "TIMESTAMP"):
-        return (f"(datetime.fromisoformat({v}) if type({v}) is str and ((n := len({v})) == 19 or 21 <= n <= 26) "
+        return (f"(datetime_from_text({v}) if type({v}) is str and ((n := len({v})) == 19 or 21 <= n <= 26) "
                 f"and {v}[10] == ' ' and {v}[4] == '-' and {v}[7] == '-' and {v}[13] == ':' and {v}[16] == ':' "
                 f"and (n == 19 or ({v}[19] == '.' and {v}[20:].isdigit())) else {bad})")
     return None

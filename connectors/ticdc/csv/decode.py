@@ -34,11 +34,14 @@ from cdcflow.connectors.ticdc.events import (
 )
 from cdcflow.connectors.ticdc.schema import value_kind as _value_kind
 from cdcflow.connectors.ticdc.tidb import (
+    datetime_from_text,
     INLINE_NAMES,
     Column,
     TableSchema,
     inline_parse_expr,
     parse_date,
+    b64decode_strict,
+    datetime_from_text,
     parse_datetime,
 )
 from cdcflow.record import Operation, Record
@@ -477,7 +480,7 @@ def _column_converter(col: Column, options: CsvOptions) -> Callable[[tuple, str]
     if careful is parse_date:
         shape, fast = _DATE_COLUMN.fullmatch, _dt.date.fromisoformat
     elif careful is parse_datetime:
-        shape, fast = _DATETIME_COLUMN.fullmatch, _dt.datetime.fromisoformat
+        shape, fast = _DATETIME_COLUMN.fullmatch, datetime_from_text
     elif careful is _from_base64:
         shape, fast = None, _canonical_base64
     else:

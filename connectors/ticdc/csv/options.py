@@ -23,6 +23,7 @@ from cdcflow.connectors.ticdc.events import (
     UPDATE,
 )
 from cdcflow.connectors.ticdc.tidb import (
+    b64decode_strict,
     BINARY_TYPES,
     FLOAT_TYPES,
     INTEGER_TYPES,
@@ -157,8 +158,7 @@ def _parser(col: Column, options: CsvOptions) -> Callable[[str], Any] | None:
     return value_parser(col)
 
 
-def _from_base64(text: str) -> bytes:
-    return binascii.a2b_base64(text, strict_mode=True)  # binascii.Error is a ValueError
+_from_base64 = b64decode_strict  # binascii.Error is a ValueError
 
 
 def _from_hex(text: str) -> bytes:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 import orjson
 from cdcflow import accel
 from cdcflow.connectors.ticdc.tidb import (
+    b64decode_strict,
     INLINE_NAMES,
     Column,
     TableSchema,
@@ -180,7 +181,7 @@ def _uint_text(v):
 def _b64_bytes(v):
     if type(v) is not str:
         raise ValueError("not a base64 string")
-    return binascii.a2b_base64(v, strict_mode=True)
+    return b64decode_strict(v)
 
 
 def _b64_text(v):
@@ -226,9 +227,9 @@ def _native_expr(code: int, flags: int, conv: Callable[[Any], Any], v: str, ns: 
     if code == 7 or code == 12:
         return inline_parse_expr("DATETIME", v, "_bad()")
     if conv is _b64_text:
-        return f"_a2b({v}, strict_mode=True).decode('utf-8')"
+        return f"_a2b({v}).decode('utf-8')"
     if conv is _b64_bytes:
-        return f"_a2b({v}, strict_mode=True)"
+        return f"_a2b({v})"
     ns[f"f{i}"] = conv
     if conv.__name__ == "conv_enum":  # element names by index, range-checked
         ns[f"e{i}"] = conv.names
@@ -240,7 +241,7 @@ def _compile_convert(specs) -> Callable[[dict], dict | None]:
     """Generate ``image -> row`` for one column signature: type code and flags checked and the
     value converted per column in one function body (the common types inline, see
     ``_native_expr``); None on any surprise, so the checked path can say what is wrong."""
-    namespace: dict[str, Any] = {"_expect_str": _expect_str, "Decimal": Decimal, "_a2b": binascii.a2b_base64,
+    namespace: dict[str, Any] = {"_expect_str": _expect_str, "Decimal": Decimal, "_a2b": b64decode_strict,
                                  **INLINE_NAMES}
     checks, items = [], []
     for i, (name, t, f, conv) in enumerate(specs):
