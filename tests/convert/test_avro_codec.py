@@ -16,7 +16,7 @@ from fastavro import parse_schema, schemaless_reader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from avro_value_strategies import HAND_SCHEMA, hand_value, rows
+from helpers.avro_strategies import HAND_SCHEMA, hand_value, rows
 from cdcflow.convert.avro import Codec, avro_type, codec_for, derive_shared_schema
 from cdcflow.errors import ConversionError
 from cdcflow.record import Record, _data_eq

