@@ -155,8 +155,8 @@ class _Refused(Exception):
 _REFUSED = _Refused()  # one instance: a refusal is routine inside a union
 
 
-def _checked(test: Callable[[Any], bool], write: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
-    """A scalar writer: ``test`` is the strict check of ``cdcflow.convert.avro``; ``write`` the JSON form."""
+def _checked(test: Callable[[Any], bool], write: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """A scalar's writer from its check and its JSON form (None: the value is its own JSON form)."""
     if write is None:
         def scalar(v: Any) -> Any:
             if not test(v):
@@ -191,51 +191,61 @@ def _decimal_fits(precision: int, scale: int) -> Callable[[Any], bool]:
     return fits
 
 
-def _scalar_writer(node: Any) -> Callable[[Any], Any] | None:
-    """The writer of a scalar ``node`` (None if ``node`` is a container): the strict check
-    (``cdcflow.convert.avro``'s, which decides what fits) and the text forms of ``textforms``. A
-    ``date`` stays as it is: orjson writes it as ``YYYY-MM-DD``, the same text."""
+def _scalar(node: Any) -> tuple[Callable[[Any], bool], Callable[[Any], Any] | None] | None:
+    """(check, JSON form or None when the value is its own) of a scalar ``node``; None for a
+    container. The check is ``cdcflow.convert.avro``'s strict one, which decides what fits; the
+    text forms are ``textforms``'. A ``date`` stays as it is: orjson writes it as ``YYYY-MM-DD``,
+    the same text. A union of null and one scalar (a nullable column) is a scalar too."""
     kind, avro = node.kind, node.avro
     if kind == "null":
-        return _checked(lambda v: v is None)
+        return (lambda v: v is None, None)
     if kind == "boolean":
-        return _checked(lambda v: type(v) is bool)
+        return (lambda v: type(v) is bool, None)
     if kind == "int":
-        return _checked(lambda v: type(v) is int and INT32_MIN <= v <= INT32_MAX)
+        return (lambda v: type(v) is int and INT32_MIN <= v <= INT32_MAX, None)
     if kind == "long":
-        return _checked(lambda v: type(v) is int and INT64_MIN <= v <= INT64_MAX)
+        return (lambda v: type(v) is int and INT64_MIN <= v <= INT64_MAX, None)
     if kind == "float":
-        return _checked(lambda v: type(v) is float and _f32_exact(v), _number)
+        return (lambda v: type(v) is float and _f32_exact(v), _number)
     if kind == "double":
-        return _checked(lambda v: type(v) is float, _number)
+        return (lambda v: type(v) is float, _number)
     if kind == "bytes":
-        return _checked(lambda v: type(v) is bytes, b64)
+        return (lambda v: type(v) is bytes, b64)
     if kind == "string":
-        return _checked(lambda v: type(v) is str)
+        return (lambda v: type(v) is str, None)
     if kind == "bigint":
         precision = int(avro.get("precision") or 0)
         limit = 10 ** precision
         if precision <= 0:
-            return _checked(lambda v: type(v) is int, _bigint_json)
-        return _checked(lambda v: type(v) is int and -limit < v < limit, _bigint_json)
+            return (lambda v: type(v) is int, _bigint_json)
+        return (lambda v: type(v) is int and -limit < v < limit, _bigint_json)
     if kind == "decimal":  # finite, exponent == -scale <= 0: plain notation keeps the scale
-        return _checked(_decimal_fits(int(avro["precision"]), int(avro.get("scale", 0))), lambda v: format(v, "f"))
+        return (_decimal_fits(int(avro["precision"]), int(avro.get("scale", 0))), lambda v: format(v, "f"))
     if kind == "decimal_text":
-        return _checked(lambda v: type(v) is Decimal, decimal_text)
+        return (lambda v: type(v) is Decimal, decimal_text)
     if kind == "date":
-        return _checked(lambda v: type(v) is _dt.date)
+        return (lambda v: type(v) is _dt.date, None)
     if kind == "datetime":
-        return _checked(lambda v: type(v) is _dt.datetime and v.tzinfo is None, lambda v: v.isoformat(" "))
+        return (lambda v: type(v) is _dt.datetime and v.tzinfo is None, lambda v: v.isoformat(" "))
     if kind == "time":
-        return _checked(lambda v: type(v) is _dt.timedelta and INT64_MIN <= v // _US <= INT64_MAX, time_text)
+        return (lambda v: type(v) is _dt.timedelta and INT64_MIN <= v // _US <= INT64_MAX, time_text)
     if kind == "enum":
         symbols = frozenset(avro["symbols"])
-        return _checked(lambda v: type(v) is str and v in symbols)
+        return (lambda v: type(v) is str and v in symbols, None)
     if kind == "fixed":
         size = int(avro["size"])
-        return _checked(lambda v: type(v) is bytes and len(v) == size, b64)
+        return (lambda v: type(v) is bytes and len(v) == size, b64)
     if kind == "foreign":  # a logical type cdcflow does not model: accepts anything, as the reference
-        return jsonable
+        return (lambda v: True, jsonable)
+    if kind == "union" and len(node.branches) == 2 and {b.kind for b in node.branches} & {"null"}:
+        other = node.branches[node.branches[0].kind == "null"]
+        inner = None if other.kind == "foreign" else _scalar(other)
+        if inner is None:
+            return None
+        test, write = inner
+        if write is None:
+            return (lambda v: v is None or test(v), None)
+        return (lambda v: v is None or test(v), lambda v: None if v is None else write(v))
     return None
 
 
@@ -270,27 +280,37 @@ def _json_writer(root: Any) -> Callable[[Any], Any]:
         return w
 
     def build(node: Any) -> Callable[[Any], Any]:
-        scalar = _scalar_writer(node)
+        scalar = _scalar(node)
         if scalar is not None:
-            return scalar
+            return _checked(*scalar)
         kind = node.kind
         if kind == "record":
-            fields: list = []  # filled after this writer is known: a recursive record refers to it
+            # (name, check, JSON form) of each field: a scalar field is checked inline; other
+            # fields get their writer as the form, after this one is known (a recursive record)
+            fields: list = []
             n = len(node.fields)
+            copied = [True]  # False when every field is its own JSON form: the value is returned
 
             def record(v: Any) -> Any:
                 if type(v) is not dict or len(v) != n:
                     raise _REFUSED
-                o = v.copy()
+                o = v.copy() if copied[0] else v  # the JSON keeps the value's key order
                 try:
-                    for name, w in fields:
-                        o[name] = w(v[name])
+                    for name, test, write in fields:
+                        x = v[name]
+                        if test is not None and not test(x):
+                            raise _REFUSED
+                        if write is not None:
+                            o[name] = write(x)
                 except KeyError:
                     raise _REFUSED from None
                 return o
 
             writers[id(node)] = record
-            fields.extend((orig, of(f)) for orig, _, f in node.fields)
+            for orig, _, f in node.fields:
+                scalar = _scalar(f)
+                fields.append((orig, *scalar) if scalar is not None else (orig, None, of(f)))
+            copied[0] = any(write is not None for _, _, write in fields)
             return record
         if kind == "array":
             item = of(node.items)
