@@ -17,29 +17,29 @@ Without a store, or for data without a reference, the reader returns plain
 JSON types. A union whose branches JSON cannot tell apart (say text and bytes
 in one list) is written in Avro's JSON union form ``{"bytes": "..."}``.
 
-Speed: per Avro schema (cached by fingerprint) one generated writer checks a
-value against the schema and builds its JSON form in one pass, and one
-generated reader checks and restores it (``cdcflow.convert.codegen.Generator``
-supplies the machinery and the strict checks the Avro encoder uses). A record
-whose metadata names a schema its values fit keeps its metadata dict as is.
-With the compiled kernel (``runtime/convert/_jsonform.c``) a whole batch is written
-in C from a per-schema plan; Python still picks each part's schema, and writes
-(with the code below) every record the kernel is not sure of.
+Per Avro schema (cached by fingerprint) one writer, a tree of plain functions built from the
+schema's nodes, checks a value as the Avro encoder does and builds its JSON form in one pass (the
+reference), and one generated reader checks and restores it. A record whose metadata names a
+schema its values fit keeps its metadata dict as is. With the compiled kernel
+(``runtime/convert/_jsonform.c``) a whole batch is written in C from a per-schema plan of the
+same tree; Python still picks each part's schema, and the Python writer writes every record the
+kernel hands back.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 import re
+import struct
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterable
 
 import orjson
 
 from .. import accel
-from .codegen import Generator, flat_plan
-from .avro import Codec, INT64_MIN
+from .avro import Codec, INT64_MAX, INT64_MIN
 from ..errors import ConversionError, SchemaError
 from ..record import META_COLLECTION as _COLLECTION
 from ..record import META_KEY_SCHEMA_SUBJECT as _KEY_SUBJECT
@@ -80,6 +80,8 @@ from .textforms import (
 _kernel = accel.load("cdcflow.convert._jsonform")
 
 UINT64_MAX = (1 << 64) - 1
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+_US = _dt.timedelta(microseconds=1)
 _NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _OPERATIONS = {op.text: op for op in Operation}
 _OPERATION_TEXT = {op: op.text for op in Operation}
@@ -146,220 +148,216 @@ def _ambiguous(branches: list) -> bool:
     return "float" in groups and "string" in groups  # NaN is written as text
 
 
-class _WriterGen(Generator):
-    """``write(native) -> json-able``: the schema's strict checks and the JSON form in one pass.
+class _Refused(Exception):
+    """Raised by a schema's writer: the value does not fit; ``Codec.prepare`` says precisely why."""
 
-    Raises ``_M`` (or KeyError) when the value does not fit; the caller asks the reference
-    check (``Codec.prepare``) for the precise error. A value whose JSON form is itself
-    (strings, 64-bit ints, booleans, null, containers of those) is returned as is, not copied.
+
+_REFUSED = _Refused()  # one instance: a refusal is routine inside a union
+
+
+def _checked(test: Callable[[Any], bool], write: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """A scalar's writer from its check and its JSON form (None: the value is its own JSON form)."""
+    if write is None:
+        def scalar(v: Any) -> Any:
+            if not test(v):
+                raise _REFUSED
+            return v
+    else:
+        def scalar(v: Any) -> Any:
+            if not test(v):
+                raise _REFUSED
+            return write(v)
+    return scalar
+
+
+def _number(v: float) -> Any:
+    return v if v - v == 0.0 else _nonfinite(v)
+
+
+def _f32_exact(v: float) -> bool:
+    return v != v or struct.unpack("<f", struct.pack("<f", v))[0] == v
+
+
+def _bigint_json(v: int) -> Any:
+    return v if INT64_MIN <= v <= UINT64_MAX else _big_int(v)
+
+
+def _decimal_fits(precision: int, scale: int) -> Callable[[Any], bool]:
+    def fits(v: Any) -> bool:  # the scale exactly, at most ``precision`` digits, no negative zero
+        if type(v) is not Decimal:
+            return False
+        sign, digits, exponent = v.as_tuple()
+        return exponent == -scale and len(digits) <= precision and not (sign and not any(digits))
+    return fits
+
+
+def _scalar(node: Any) -> tuple[Callable[[Any], bool], Callable[[Any], Any] | None] | None:
+    """(check, JSON form or None when the value is its own) of a scalar ``node``; None for a
+    container. The check is ``cdcflow.convert.avro``'s strict one, which decides what fits; the
+    text forms are ``textforms``'. A ``date`` stays as it is: orjson writes it as ``YYYY-MM-DD``,
+    the same text. A union of null and one scalar (a nullable column) is a scalar too."""
+    kind, avro = node.kind, node.avro
+    if kind == "null":
+        return (lambda v: v is None, None)
+    if kind == "boolean":
+        return (lambda v: type(v) is bool, None)
+    if kind == "int":
+        return (lambda v: type(v) is int and INT32_MIN <= v <= INT32_MAX, None)
+    if kind == "long":
+        return (lambda v: type(v) is int and INT64_MIN <= v <= INT64_MAX, None)
+    if kind == "float":
+        return (lambda v: type(v) is float and _f32_exact(v), _number)
+    if kind == "double":
+        return (lambda v: type(v) is float, _number)
+    if kind == "bytes":
+        return (lambda v: type(v) is bytes, b64)
+    if kind == "string":
+        return (lambda v: type(v) is str, None)
+    if kind == "bigint":
+        precision = int(avro.get("precision") or 0)
+        limit = 10 ** precision
+        if precision <= 0:
+            return (lambda v: type(v) is int, _bigint_json)
+        return (lambda v: type(v) is int and -limit < v < limit, _bigint_json)
+    if kind == "decimal":  # finite, exponent == -scale <= 0: plain notation keeps the scale
+        return (_decimal_fits(int(avro["precision"]), int(avro.get("scale", 0))), lambda v: format(v, "f"))
+    if kind == "decimal_text":
+        return (lambda v: type(v) is Decimal, decimal_text)
+    if kind == "date":
+        return (lambda v: type(v) is _dt.date, None)
+    if kind == "datetime":
+        return (lambda v: type(v) is _dt.datetime and v.tzinfo is None, lambda v: v.isoformat(" "))
+    if kind == "time":
+        return (lambda v: type(v) is _dt.timedelta and INT64_MIN <= v // _US <= INT64_MAX, time_text)
+    if kind == "enum":
+        symbols = frozenset(avro["symbols"])
+        return (lambda v: type(v) is str and v in symbols, None)
+    if kind == "fixed":
+        size = int(avro["size"])
+        return (lambda v: type(v) is bytes and len(v) == size, b64)
+    if kind == "foreign":  # a logical type cdcflow does not model: accepts anything, as the reference
+        return (lambda v: True, jsonable)
+    if kind == "union" and len(node.branches) == 2 and {b.kind for b in node.branches} & {"null"}:
+        other = node.branches[node.branches[0].kind == "null"]
+        inner = None if other.kind == "foreign" else _scalar(other)
+        if inner is None:
+            return None
+        test, write = inner
+        if write is None:
+            return (lambda v: v is None or test(v), None)
+        return (lambda v: v is None or test(v), lambda v: None if v is None else write(v))
+    return None
+
+
+def union_branches(node: Any) -> tuple[list, Any]:
+    """(branches, catch-all branch or None): the order a value tries a union's branches in.
+
+    The reference picks the first branch that accepts a value. Scalar and container branches
+    never accept the same value, so scalars are tried first (cheap type tests), then containers,
+    each in schema order. A foreign logical type accepts anything: it ends the union (the
+    branches after it are never picked).
     """
+    scalars, containers = [], []
+    for branch in node.branches:
+        if branch.kind == "foreign":
+            return scalars + containers, branch
+        (containers if branch.kind in ("record", "array", "map", "union") else scalars).append(branch)
+    return scalars + containers, None
 
-    record_prefix = "_jw_rec"
-    label = "<cdcflow JSON writer>"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.src.ns.update({
-            "_nonfinite": _nonfinite, "_big": _big_int, "_b64": b64, "_dectext": decimal_text,
-            "_timetext": time_text, "_jsonable": jsonable, "_U64MAX": UINT64_MAX,
-        })
-        self._native_memo: dict[int, bool] = {}
+def _json_writer(root: Any) -> Callable[[Any], Any]:
+    """``write(native) -> json-able`` for the node tree under ``root``: checks the value as
+    ``Codec.prepare`` does and builds its JSON form in one pass; raises ``_Refused`` when the
+    value does not fit. A record's JSON object is a copy of its dict (the JSON keeps the
+    value's key order); a union JSON cannot tell apart is written as ``{"branch": value}``.
+    """
+    writers: dict[int, Callable[[Any], Any]] = {}
 
-    def build(self, root: Any) -> Callable[[Any], Any]:
-        if root.kind == "record":
-            name = self.record_function(root)
-        else:
-            name = self.src.var("_jw_root")
-            self.src.emit(0, f"def {name}(v):")
-            self.src.emit(1, f"return {self.value(root, 'v', 1)}")
-        return self._finish(name)
+    def of(node: Any) -> Callable[[Any], Any]:
+        w = writers.get(id(node))
+        if w is None:
+            w = writers[id(node)] = build(node)
+        return w
 
-    def native(self, node: Any, stack: tuple = ()) -> bool:
-        """Is every valid value of ``node`` its own JSON form? (Recursion: assumed yes while on the stack.)"""
-        if not stack:
-            hit = self._native_memo.get(id(node))
-            if hit is not None:
-                return hit
+    def build(node: Any) -> Callable[[Any], Any]:
+        scalar = _scalar(node)
+        if scalar is not None:
+            return _checked(*scalar)
         kind = node.kind
-        if kind in ("null", "boolean", "int", "long", "string", "enum", "date"):
-            out = True
-        elif kind == "record":
-            out = id(node) in stack or all(self.native(f, stack + (id(node),)) for _, _, f in node.fields)
-        elif kind == "array":
-            out = self.native(node.items, stack)
-        elif kind == "map":
-            out = self.native(node.values, stack)
-        elif kind == "union":
-            scalars, containers, catch_all = self.union_branches(node, foreign_ok=True)
-            out = catch_all is None and not _ambiguous(node.branches) and all(
-                self.native(b, stack) for _, b in scalars + containers)
-        else:
-            out = False
-        if not stack:
-            self._native_memo[id(node)] = out
-        return out
-
-    def _record_body(self, node: Any) -> None:
-        s = self.src
-        s.emit(0, f"def {self.functions[id(node)]}(v):")
-        s.emit(1, f"if type(v) is not dict or len(v) != {len(node.fields)}:")
-        s.emit(2, "raise _M")
-        converted = []
-        for orig, _, field in node.fields:
-            x = s.var("x")
-            s.emit(1, f"{x} = v[{orig!r}]")
-            y = self.value(field, x, 1)
-            if y != x:
-                converted.append((orig, y))
-        if not converted:  # every field is its own JSON form (or the record is, recursively)
-            s.emit(1, "return v")
-            return
-        # a copy with the converted fields replaced: cheaper than building every field, and the
-        # JSON keeps the value's key order
-        s.emit(1, "o = v.copy()")
-        for orig, y in converted:
-            s.emit(1, f"o[{orig!r}] = {y}")
-        s.emit(1, "return o")
-
-    @staticmethod
-    def convert(node: Any, x: str) -> str:
-        """The JSON form of ``x``, a value already checked against the scalar ``node``.
-
-        The text forms are ``cdcflow.convert.textforms``'s. Datetimes inline: a checked naive
-        ``datetime`` is exactly what ``format_datetime`` accepts. A ``date`` stays as it is: orjson
-        writes it as ``YYYY-MM-DD``, the same text (tests compare them).
-        """
-        kind = node.kind
-        if kind == "null":
-            return "None"
-        if kind in ("boolean", "int", "long", "string", "enum", "date"):
-            return x
-        if kind in ("float", "double"):
-            return f"({x} if {x} - {x} == 0.0 else _nonfinite({x}))"
-        if kind in ("bytes", "fixed"):
-            return f"_b64({x})"
-        if kind == "bigint":
-            return f"({x} if _I64MIN <= {x} <= _U64MAX else _big({x}))"
-        if kind == "decimal":  # finite, exponent == -scale <= 0: plain notation keeps the scale
-            return f"format({x}, 'f')"
-        if kind == "decimal_text":
-            return f"_dectext({x})"
-        if kind == "datetime":
-            return f"{x}.isoformat(' ')"
-        if kind == "time":
-            return f"_timetext({x})"
-        raise AssertionError(f"not a scalar kind: {kind}")  # pragma: no cover
-
-    def value(self, node: Any, x: str, i: int) -> str:
-        """Emit the check of ``x`` against ``node``; return the expression of its JSON form."""
-        kind, s = node.kind, self.src
-        if kind == "foreign":  # a logical type cdcflow does not model: accepts anything, as the reference
-            y = s.var("y")
-            s.emit(i, f"{y} = _jsonable({x})")
-            return y
-        if kind == "decimal" and 0 < int(node.avro.get("scale", 0)) <= 6:
-            return self._decimal(node, x, i)
-        if self.check(node, x, i):
-            return self.convert(node, x)
         if kind == "record":
-            if self.native(node):
-                s.emit(i, f"{self.record_function(node)}({x})")
-                return x
-            y = s.var("y")
-            s.emit(i, f"{y} = {self.record_function(node)}({x})")
-            return y
-        if kind in ("array", "map"):
-            return self._container(node, x, i)
+            # (name, check, JSON form) of each field: a scalar field is checked inline; other
+            # fields get their writer as the form, after this one is known (a recursive record)
+            fields: list = []
+            n = len(node.fields)
+            copied = [True]  # False when every field is its own JSON form: the value is returned
+
+            def record(v: Any) -> Any:
+                if type(v) is not dict or len(v) != n:
+                    raise _REFUSED
+                o = v.copy() if copied[0] else v  # the JSON keeps the value's key order
+                try:
+                    for name, test, write in fields:
+                        x = v[name]
+                        if test is not None and not test(x):
+                            raise _REFUSED
+                        if write is not None:
+                            o[name] = write(x)
+                except KeyError:
+                    raise _REFUSED from None
+                return o
+
+            writers[id(node)] = record
+            for orig, _, f in node.fields:
+                scalar = _scalar(f)
+                fields.append((orig, *scalar) if scalar is not None else (orig, None, of(f)))
+            copied[0] = any(write is not None for _, _, write in fields)
+            return record
+        if kind == "array":
+            item = of(node.items)
+
+            def array(v: Any) -> Any:
+                if type(v) is not list:
+                    raise _REFUSED
+                return [item(x) for x in v]
+            return array
+        if kind == "map":
+            value = of(node.values)
+
+            def map_(v: Any) -> Any:
+                if type(v) is not dict:
+                    raise _REFUSED
+                out = {}
+                for k, x in v.items():
+                    if type(k) is not str:
+                        raise _REFUSED
+                    out[k] = value(x)
+                return out
+            return map_
         if kind == "union":
-            return self._union(node, x, i)
+            return union(node)
         raise AssertionError(f"unknown kind {kind}")  # pragma: no cover
 
-    def _decimal(self, node: Any, x: str, i: int, typed: bool = False) -> str:
-        """A decimal(p, s) with 0 < s <= 6, checked on its text (cheaper than ``as_tuple``).
-
-        ``str`` of a finite Decimal is plain notation exactly when its exponent is <= 0 and its
-        adjusted exponent >= -6, so plain text with the point ``s`` places from the end has
-        exponent ``-s``; then it is also ``format(v, 'f')``. At most ``p`` digits in the text
-        means at most ``p`` in the coefficient; a minus sign needs a non-zero value. Anything
-        else (more digits in the text than the coefficient has, say ``0.12`` for decimal(2, 2))
-        takes the exact test.
-        """
-        s = self.src
-        precision, scale = int(node.avro["precision"]), int(node.avro["scale"])
-        y = s.var("y")
-        if not typed:  # (``typed``: the caller tested the type already)
-            s.emit(i, f"if type({x}) is not _Decimal:")
-            s.emit(i + 1, "raise _M")
-        s.emit(i, f"{y} = str({x})")
-        s.emit(i, f"if not (len({y}) > {scale} and {y}[{-scale - 1}] == '.' and 'E' not in {y}"
-                  f" and len({y}) <= {precision + 1} + ({y}[0] == '-') and ({y}[0] != '-' or {x})):")
-        s.emit(i + 1, f"if not ({self.condition(node, x)}):")
-        s.emit(i + 2, "raise _M")
-        return y
-
-    def _container(self, node: Any, x: str, i: int) -> str:
-        s = self.src
-        is_map = node.kind == "map"
-        inner = node.values if is_map else node.items
-        s.emit(i, f"if type({x}) is not {'dict' if is_map else 'list'}:")
-        s.emit(i + 1, "raise _M")
-        item = s.var("x")
-        native = self.native(inner)
-        y = x if native else s.var("y")
-        if not native:
-            s.emit(i, f"{y} = {{}}" if is_map else f"{y} = []")
-        if is_map:
-            k = s.var("k")
-            s.emit(i, f"for {k}, {item} in {x}.items():")
-            s.emit(i + 1, f"if type({k}) is not str:")
-            s.emit(i + 2, "raise _M")
-        else:
-            s.emit(i, f"for {item} in {x}:")
-        e = self.value(inner, item, i + 1)
-        if not native:
-            s.emit(i + 1, f"{y}[{k}] = {e}" if is_map else f"{y}.append({e})")
-        return y
-
-    def _union(self, node: Any, x: str, i: int) -> str:
-        s = self.src
-        scalars, containers, catch_all = self.union_branches(node, foreign_ok=True)
-        if not containers and catch_all is None and self.native(node):  # say [null, long]: one test
-            s.emit(i, f"if not ({' or '.join(f'({self.condition(b, x)})' for _, b in scalars)}):")
-            s.emit(i + 1, "raise _M")
-            return x
-        guided = _ambiguous(node.branches)
-
-        def labelled(branch: Any, expr: str) -> str:
-            if not guided:
-                return expr
-            return "None" if branch.kind == "null" else f"{{{branch.branch!r}: {expr}}}"
-
-        y = s.var("y")
-        keyword = "if"
-        for _, branch in scalars:
-            if branch.kind == "decimal" and 0 < int(branch.avro.get("scale", 0)) <= 6 and catch_all is None and (
-                    len(scalars) == 2 and scalars[0][1].kind == "null"):  # [null, decimal]: no other branch takes
-                # a Decimal, so the text check may refuse it outright
-                s.emit(i, f"{keyword} type({x}) is _Decimal:")
-                s.emit(i + 1, f"{y} = {labelled(branch, self._decimal(branch, x, i + 1, typed=True))}")
-            else:
-                s.emit(i, f"{keyword} {self.condition(branch, x)}:")
-                s.emit(i + 1, f"{y} = {labelled(branch, self.convert(branch, x))}")
-            keyword = "elif"
-        inner = i
-        if scalars:
-            s.emit(i, "else:")
-            inner = i + 1
-        for _, branch in containers:
-            s.emit(inner, "try:")
-            s.emit(inner + 1, f"{y} = {labelled(branch, self.value(branch, x, inner + 1))}")
-            s.emit(inner, "except (_M, KeyError):")
-            inner += 1
+    def union(node: Any) -> Callable[[Any], Any]:
+        labelled = _ambiguous(node.branches)
+        ordered, catch_all = union_branches(node)
+        nullable = any(b.kind == "null" for b in ordered)
+        tries = [(b.branch, of(b)) for b in ordered if b.kind != "null"]
         if catch_all is not None:
-            s.emit(inner, f"{y} = {labelled(catch_all[1], f'_jsonable({x})')}")
-        else:
-            s.emit(inner, "raise _M")
-        return y
+            tries.append((catch_all.branch, jsonable))
+
+        def union_(v: Any) -> Any:
+            if v is None and nullable:
+                return None
+            for label, w in tries:
+                try:
+                    out = w(v)
+                except _Refused:
+                    continue
+                return {label: out} if labelled else out
+            raise _REFUSED
+        return union_
+
+    return of(root)
 
 
 class _Bad(Exception):
@@ -438,7 +436,28 @@ _TYPED = {"boolean": ("bool", "a boolean"), "long": ("int", "an integer"), "int"
           "bigint": ("int", "an integer"), "string": ("str", "a string"), "enum": ("str", "a string")}
 
 
-class _ReaderGen(Generator):
+class _Source:
+    """Lines of generated code plus the constants they refer to."""
+
+    def __init__(self, ns: dict[str, Any]) -> None:
+        self.lines: list[str] = []
+        self.ns = ns
+        self._n = 0
+
+    def var(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def const(self, value: Any, prefix: str = "_k") -> str:
+        name = self.var(prefix)
+        self.ns[name] = value
+        return name
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+
+class _ReaderGen:
     """``read(json) -> native``: checks the JSON value against the schema and restores the native
     one. Works in place on the freshly parsed JSON (a record's object becomes its dict, keeping the
     line's key order) and raises ``_Bad`` with the path when the value does not fit.
@@ -447,13 +466,11 @@ class _ReaderGen(Generator):
     surrounding union test already established, so the value's own test is left out.
     """
 
-    record_prefix = "_jr_rec"
-    label = "<cdcflow JSON reader>"
-
     def __init__(self) -> None:
-        super().__init__()
-        self.src.ns.update({
-            "_Bad": _Bad, "_bad_keys": _bad_keys, "_bad_text": _bad_text, "_bad_type": _bad_type,
+        self.functions: dict[int, str] = {}  # record node -> its function's name
+        self.pending: list[Any] = []  # record nodes whose body is still to write
+        self.src = _Source({
+            "_Decimal": Decimal, "_Bad": _Bad, "_bad_keys": _bad_keys, "_bad_text": _bad_text, "_bad_type": _bad_type,
             "_bad_union": _bad_union, "_bad_union_object": _bad_union_object, "_bad_label": _bad_label,
             "_rfloat": _read_float, "_rb64": _read_b64, "_rdecnum": _read_decimal_number,
             "_DecErr": (InvalidOperation, ValueError, TypeError), "_pdecimal": parse_decimal,
@@ -468,7 +485,19 @@ class _ReaderGen(Generator):
             name = self.src.var("_jr_root")
             self.src.emit(0, f"def {name}(j):")
             self.src.emit(1, f"return {self.value(root, 'j', 1)}")
-        return self._finish(name)
+        while self.pending:  # written after their callers: recursive schemas work
+            self._record_body(self.pending.pop())
+        namespace = self.src.ns
+        exec(compile("\n".join(self.src.lines), "<cdcflow JSON reader>", "exec"), namespace)  # noqa: S102
+        return namespace[name]
+
+    def record_function(self, node: Any) -> str:
+        """The name of ``node``'s function (one per record node, named on first use)."""
+        name = self.functions.get(id(node))
+        if name is None:
+            name = self.functions[id(node)] = self.src.var("_jr_rec")
+            self.pending.append(node)
+        return name
 
     def _record_body(self, node: Any) -> None:
         s = self.src
@@ -667,13 +696,13 @@ def _checked_by_type(node: Any, known: str) -> bool:
 
 
 class _JsonCode:
-    """The generated writer and reader of one schema."""
+    """The writer and the generated reader of one schema."""
 
     __slots__ = ("codec", "write_fast", "read_fast", "plan")
 
     def __init__(self, codec: Codec):
         self.codec = codec
-        self.write_fast: Callable[[Any], Any] = _WriterGen().build(codec.root)
+        self.write_fast: Callable[[Any], Any] = _json_writer(codec.root)
         self.read_fast: Callable[[Any], Any] = _ReaderGen().build(codec.root)
         self.plan: Any = _MISS  # the kernel's plan, built on first use (None: no plan)
 
@@ -686,7 +715,7 @@ class _JsonCode:
         except Exception:  # noqa: BLE001 - the reference check below says precisely what is wrong
             pass
         self.codec.prepare(value)
-        raise ConversionError("the generated JSON writer refused a value its schema accepts", value=value)
+        raise ConversionError("the JSON writer refused a value its schema accepts", value=value)
 
     def read(self, j: Any) -> Any:
         """The native value of the freshly parsed JSON ``j`` (changed in place)."""
@@ -1013,8 +1042,8 @@ def _plan_of(codec: Codec) -> Any:
 
 def _kernel_plan(root: Any) -> Any:
     """The writer plan of the node tree under ``root``: flat tuple entries, children as indexes
-    (a recursive record is plain data). Each entry takes exactly the values the generated writer
-    (``_WriterGen``) takes, and a union tests its branches in the generated writer's order."""
+    (a recursive record is plain data). Each entry takes exactly the values the Python writer
+    (``_json_writer``) takes, and a union tests its branches in the Python writer's order."""
     k = _kernel
     simple = {
         "null": k.K_NULL, "boolean": k.K_BOOLEAN, "int": k.K_INT, "long": k.K_LONG, "double": k.K_DOUBLE,
@@ -1046,18 +1075,38 @@ def _kernel_plan(root: Any) -> Any:
         if kind == "map":
             return (k.K_MAP, visit(node.values))
         if kind == "union":
-            scalars, containers, catch_all = Generator.union_branches(node, foreign_ok=True)
+            ordered, catch_all = union_branches(node)
             if catch_all is not None:  # rare: Python writes it
                 return (k.K_PASS,)
-            ordered = [b for _, b in scalars + containers]
             labels = None
             if _ambiguous(node.branches):
                 labels = tuple(b"" if b.kind == "null" else b"{" + orjson.dumps(b.branch) + b":" for b in ordered)
             return (k.K_UNION, tuple(visit(b) for b in ordered), labels)
         return (k.K_PASS,)  # Avro float (float32 exactness) and kinds the kernel does not know
 
-    nodes, root_index = flat_plan(root, entry)
+    nodes, root_index = _flat_plan(root, entry)
     return k.Plan(nodes, root_index)
+
+
+def _flat_plan(root: Any, entry: Callable[[Any, Callable[[Any], int]], tuple]) -> tuple[tuple, int]:
+    """A kernel plan's node table: ``entry(node, visit)`` for every node under ``root``, children
+    referred to by the index ``visit(child)`` returns, and the root's index.
+
+    Why flat: a recursive record becomes plain data (no reference cycle through the kernel object).
+    """
+    entries: list[tuple] = []
+    index: dict[int, int] = {}
+
+    def visit(node: Any) -> int:
+        at = index.get(id(node))
+        if at is None:
+            at = index[id(node)] = len(entries)
+            entries.append(())  # reserved first: a recursive record refers to its own index
+            entries[at] = entry(node, visit)
+        return at
+
+    root_index = visit(root)
+    return tuple(entries), root_index
 
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The JSON form's generated per-schema writer and reader against their references.
+"""The JSON form's per-schema writer (plain functions) and generated reader against their references.
 
 Writer: accepts exactly the values the strict Avro check (``Codec.prepare``) accepts, writes
 the same JSON as the schema-less ``jsonable`` where the schema has no ambiguous union, and
