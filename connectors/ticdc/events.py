@@ -130,8 +130,20 @@ def to_record(event: Event, position: bytes, store=None) -> Record:
 
 
 def to_records(events, positions, store=None) -> list[Record]:
-    """Batch form of ``to_record``; ``positions`` pairs with ``events``."""
-    return [to_record(ev, position, store) for ev, position in zip(events, positions)]
+    """Batch form of ``to_record``; ``positions`` pairs with ``events``. Rows look their
+    table's template up once per run of rows of the same table."""
+    out: list[Record] = []
+    append = out.append
+    last_table = template = names = None
+    for ev, position in zip(events, positions):
+        if type(ev) is not RowChange:
+            append(to_record(ev, position, store))
+            continue
+        if ev.table is not last_table:
+            last_table = ev.table
+            template, names = _row_template(last_table, store)
+        append(_templated_row_record(ev, position, template, names))
+    return out
 
 
 def rows_to_records(table: TableSchema, store, positions: Iterable[bytes], operations: Iterable[Operation] | None,
@@ -198,8 +210,10 @@ def records_plan(table: TableSchema, store) -> tuple:
 
 
 def _row_record(ev: RowChange, position: bytes, store) -> Record:
-    table = ev.table
-    template, names = _row_template(table, store)
+    return _templated_row_record(ev, position, *_row_template(ev.table, store))
+
+
+def _templated_row_record(ev: RowChange, position: bytes, template: dict, names: tuple[str, ...]) -> Record:
     md = template.copy()
     commit_ts = ev.commit_ts
     md[META_CREATED_AT] = str((commit_ts >> 18) * 1_000_000)

@@ -34,9 +34,11 @@ from cdcflow.connectors.ticdc.events import (
 )
 from cdcflow.connectors.ticdc.schema import value_kind as _value_kind
 from cdcflow.connectors.ticdc.tidb import (
+    INLINE_NAMES,
     Column,
     TableSchema,
     datetime_from_text,
+    inline_parse_expr,
     parse_date,
     parse_datetime,
 )
@@ -48,6 +50,7 @@ from .options import (
     CODEC,
     HEADER_HANDLE_KEY,
     CsvOptions,
+    _bad,
     _from_base64,
     _from_hex,
     _kernel,
@@ -106,6 +109,7 @@ class CsvDecoder:
         self.options = o = options or CsvOptions()
         self.source = source
         self._columns = tuple((c.name, _parser(c, o) or str) for c in table.columns)
+        self._convert_row = _row_converter(table, self._columns)
         # Columns whose text could equal the NULL text: only there quoting decides NULL vs value.
         self._null_ambiguous = tuple(i for i, c in enumerate(table.columns) if c.type not in _UNQUOTED_TYPES)
         self._fast = (len(o.delimiter) == 1 and len(o.quote) == 1 and o.terminator in ("\r\n", "\n"))
@@ -435,8 +439,7 @@ class CsvDecoder:
 
     def _row(self, fields: list, k0: int, line: int) -> dict:
         try:
-            return {name: None if (v := fields[k]) is None else conv(v)
-                    for k, (name, conv) in enumerate(self._columns, k0)}
+            return self._convert_row(fields, k0)
         except (ValueError, ArithmeticError, TypeError):
             pass
         for i, ((name, conv), v) in enumerate(zip(self._columns, fields[k0:])):  # find the culprit
@@ -692,6 +695,35 @@ class CsvJsonRows:
 
 
 _U64 = _struct.Struct("=Q")
+
+
+def _row_converter(table: TableSchema, columns: tuple[tuple[str, Callable[[str], Any]], ...]
+                   ) -> Callable[[list, int], dict]:
+    """Compile ``fields[k:] -> {column: native value}`` for one table: one dict display with the
+    converters inlined (text columns copied as they are; DATE/DATETIME by TiDB's inline parse
+    forms, ``tidb.inline_parse_expr``), instead of a loop over columns per row."""
+    namespace: dict[str, Any] = {**INLINE_NAMES, "_bad": _bad}
+    items = []
+    for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
+        at = f"f[k + {i}]" if i else "f[k]"
+        v = f"v{i}"
+        if conv is str:
+            items.append(f"{name!r}: {at}")
+            continue
+        expr = None
+        if conv is parse_date or conv is parse_datetime:
+            memo = None
+            if col.type == "DATE":  # dates repeat: parsed once per distinct text
+                memo = f"m{i}"
+                namespace[memo] = {}
+            expr = inline_parse_expr(col.type, v, "_bad()", memo)
+        if expr is None:
+            namespace[f"c{i}"] = conv
+            expr = f"c{i}({v})"
+        items.append(f"{name!r}: None if ({v} := {at}) is None else {expr}")
+    source = "def convert_row(f, k):\n    return {" + ", ".join(items) + "}\n"
+    exec(compile(source, f"<cdcflow.csv row converter {table.collection}>", "exec"), namespace)
+    return namespace["convert_row"]
 
 
 def decode_rows(data: bytes, table: TableSchema, options: CsvOptions | None = None,

@@ -142,6 +142,11 @@ def _to_base64(v: Any) -> str:
     return base64.b64encode(v).decode("ascii")
 
 
+def _bad():
+    """Raise from inside a generated parse expression (the caller then finds the column)."""
+    raise ValueError("value does not fit its column")
+
+
 def _parser(col: Column, options: CsvOptions) -> Callable[[str], Any] | None:
     """CSV text -> native value for ``col`` (None: the text is the value): canal-json's parsers
     (``canal_json.value_parser``) but for binary (base64/hex) and ENUM/SET (names)."""
