@@ -130,68 +130,20 @@ def to_record(event: Event, position: bytes, store=None) -> Record:
 
 
 def to_records(events, positions, store=None) -> list[Record]:
-    """Batch form of ``to_record``; ``positions`` pairs with ``events``.
-
-    Rows go through a record builder generated once per (table, store) (see
-    ``_record_builder``), looked up once per run of rows of the same table."""
+    """Batch form of ``to_record``; ``positions`` pairs with ``events``. Rows look their
+    table's template up once per run of rows of the same table."""
     out: list[Record] = []
     append = out.append
-    last_table = None
-    build = None
+    last_table = template = names = None
     for ev, position in zip(events, positions):
         if type(ev) is not RowChange:
             append(to_record(ev, position, store))
             continue
-        table = ev.table
-        if table is not last_table:
-            build = _record_builder(table, store)
-            last_table = table
-        append(build(ev, position))
+        if ev.table is not last_table:
+            last_table = ev.table
+            template, names = _row_template(last_table, store)
+        append(_templated_row_record(ev, position, template, names))
     return out
-
-
-_BUILDERS: dict[tuple[int, int], tuple[TableSchema, object, object]] = {}
-
-
-def _record_builder(table: TableSchema, store):
-    """``(RowChange, position) -> Record`` for one table, generated once: the metadata is one
-    dict display (constants from the per-table template, commit ts slotted in), the key one
-    dict display of the handle columns; anything unusual goes to ``_row_record``."""
-    cache_key = (id(table), id(store))
-    hit = _BUILDERS.get(cache_key)
-    if hit is not None and hit[0] is table and hit[1] is store:
-        return hit[2]
-    template, names = _row_template(table, store)
-    namespace: dict = {"Record": Record, "CREATE": Operation.CREATE, "UPDATE": Operation.UPDATE,
-                       "DELETE": Operation.DELETE, "INSERT_": INSERT, "UPDATE_": UPDATE, "DELETE_": DELETE,
-                       "slow": _row_record, "store": store}
-    key = "{" + ", ".join(f"{n!r}: row[{n!r}]" for n in names) + "}" if names else "None"
-    source = (
-        "def build(ev, position):\n"
-        "    row = ev.row\n"
-        "    if row is None or ev.extra:\n"
-        "        return slow(ev, position, store)\n"
-        "    ts = ev.commit_ts\n"
-        + _metadata_statements(template, namespace, "str((ts >> 18) * 1000000)", "str(ts)", "    ") +
-        "    try:\n"
-        f"        key = {key}\n"
-        "    except KeyError:\n"
-        "        return slow(ev, position, store)\n"
-        "    kind = ev.kind\n"
-        "    if kind == INSERT_:\n"
-        "        return Record(position, CREATE, md, key, None, row)\n"
-        "    if kind == UPDATE_:\n"
-        "        return Record(position, UPDATE, md, key, ev.old, row)\n"
-        "    if kind == DELETE_:\n"
-        "        return Record(position, DELETE, md, key, row, None)\n"
-        "    return slow(ev, position, store)\n"
-    )
-    exec(compile(source, f"<cdcflow.ticdc record builder {table.collection}>", "exec"), namespace)
-    build = namespace["build"]
-    if len(_BUILDERS) > 1024:
-        _BUILDERS.clear()
-    _BUILDERS[cache_key] = (table, store, build)
-    return build
 
 
 def rows_to_records(table: TableSchema, store, positions: Iterable[bytes], operations: Iterable[Operation] | None,
@@ -202,73 +154,36 @@ def rows_to_records(table: TableSchema, store, positions: Iterable[bytes], opera
     ``columns`` holds one value sequence per table column (table order, equal lengths);
     ``operations`` is None when every row is an insert (CREATE), else CREATE/UPDATE/DELETE per
     row (an UPDATE has no old image here); ``commit_ts`` None means 0 for every row. For
-    decoders that read a whole table's rows at once (CSV files): one generated comprehension
-    per (table, store) replaces the per-row builder call, event object and key lookups. This is
+    decoders that read a whole table's rows at once (CSV files): no event object per row. This is
     the reference of the compiled builder (``_csv.c`` ``records``, plan: ``records_plan``)."""
-    all_created, mixed = _columns_builder(table, store)
-    ts = _repeat(0) if commit_ts is None else commit_ts
-    if operations is None:
-        return all_created(positions, ts, columns)
-    return mixed(positions, operations, ts, columns)
+    template, key_names = _row_template(table, store)
+    names = tuple(c.name for c in table.columns)
+    index = {n: i for i, n in enumerate(names)}  # a repeated name: the last column, as in the row dict
+    key_at = tuple((n, index[n]) for n in key_names)
+    ops = _repeat(Operation.CREATE) if operations is None else operations
+    ts_of = _repeat(0) if commit_ts is None else commit_ts
+    rows = zip(*columns) if columns else _repeat(())
+    copy, delete = template.copy, Operation.DELETE
+    out: list[Record] = []
+    append = out.append
+    last = None
+    for position, op, ts, values in zip(positions, ops, ts_of, rows):
+        if ts != last:  # rows of one transaction (or a file without commit ts) share the texts
+            last = ts
+            created, ts_text = str((ts >> 18) * 1_000_000), str(ts)
+        md = copy()
+        md[META_CREATED_AT] = created
+        md[META_COMMIT_TS] = ts_text
+        row = dict(zip(names, values))
+        key = {n: values[i] for n, i in key_at} if key_at else None
+        append(Record(position, op, md, key, row if op is delete else None, None if op is delete else row))
+    return out
 
 
 def rows_to_dicts(table: TableSchema, columns: Sequence[Sequence]) -> list[dict]:
     """Column-wise rows of one table -> one row dict per row (the ``RowChange.row`` form)."""
-    return _columns_builder(table, None, dicts_only=True)(columns)
-
-
-_COLUMN_BUILDERS: dict[tuple[int, int, bool], tuple] = {}
-
-
-def _columns_builder(table: TableSchema, store, dicts_only: bool = False):
-    cache_key = (id(table), id(store), dicts_only)
-    hit = _COLUMN_BUILDERS.get(cache_key)
-    if hit is not None and hit[0] is table and hit[1] is store:
-        return hit[2]
-    names = [c.name for c in table.columns]
-    values = [f"v{i}" for i in range(len(names))]
-    targets = "".join(v + ", " for v in values)
-    row = "{" + ", ".join(f"{n!r}: {v}" for n, v in zip(names, values)) + "}"
-    namespace: dict = {"Record": Record, "CREATE": Operation.CREATE, "DELETE": Operation.DELETE, "zip": zip}
-    if dicts_only:
-        source = f"def build(columns):\n    return [{row} for {targets} in zip(*columns)]\n"
-        exec(compile(source, f"<cdcflow.ticdc row dicts {table.collection}>", "exec"), namespace)
-        built = namespace["build"]
-    else:
-        template, key_names = _row_template(table, store)
-        by_name = dict(zip(names, values))
-        key = "{" + ", ".join(f"{n!r}: {by_name[n]}" for n in key_names) + "}" if key_names else "None"
-        # rows of one transaction (or a file without commit ts) share the metadata texts
-        metadata = ("        if ts != last:\n"
-                    "            last = ts\n"
-                    "            created = str((ts >> 18) * 1000000)\n"
-                    "            ts_text = str(ts)\n"
-                    + _metadata_statements(template, namespace, "created", "ts_text", "        "))
-        source = (
-            "def all_created(positions, commit_ts, columns):\n"
-            "    out = []\n"
-            "    append = out.append\n"
-            "    last = None\n"
-            f"    for p, ts, {targets} in zip(positions, commit_ts, *columns):\n"
-            + metadata +
-            f"        append(Record(p, CREATE, md, {key}, None, {row}))\n"
-            "    return out\n"
-            "def mixed(positions, operations, commit_ts, columns):\n"
-            "    out = []\n"
-            "    append = out.append\n"
-            "    last = None\n"
-            f"    for p, op, ts, {targets} in zip(positions, operations, commit_ts, *columns):\n"
-            + metadata +
-            f"        r = {row}\n"
-            f"        append(Record(p, op, md, {key}, r if op is DELETE else None, None if op is DELETE else r))\n"
-            "    return out\n"
-        )
-        exec(compile(source, f"<cdcflow.ticdc column record builder {table.collection}>", "exec"), namespace)
-        built = (namespace["all_created"], namespace["mixed"])
-    if len(_COLUMN_BUILDERS) > 1024:
-        _COLUMN_BUILDERS.clear()
-    _COLUMN_BUILDERS[cache_key] = (table, store, built)
-    return built
+    names = tuple(c.name for c in table.columns)
+    return [dict(zip(names, values)) for values in zip(*columns)]
 
 
 _RECORDS_PLANS: dict[tuple[int, int], tuple] = {}
@@ -276,7 +191,7 @@ _RECORDS_PLANS: dict[tuple[int, int], tuple] = {}
 
 def records_plan(table: TableSchema, store) -> tuple:
     """The compiled record builder's plan (``_csv.c`` ``records``) for ``rows_to_records`` of
-    ``table``: what the generated comprehension of ``_columns_builder`` puts in each record
+    ``table``: what ``rows_to_records`` puts in each record
     (Record type, metadata template, column names, the key's column indexes, the two metadata
     keys it sets per commit ts, the CREATE and DELETE operations), built once per (table, store)."""
     cache_key = (id(table), id(store))
@@ -294,19 +209,11 @@ def records_plan(table: TableSchema, store) -> tuple:
     return plan
 
 
-def _metadata_statements(template: dict, namespace: dict, created: str, ts_text: str, indent: str) -> str:
-    """Generated statements that set ``md`` to a row's metadata: a copy of the per-table
-    ``template`` (a C-level clone of its keys) with the ``created`` and ``ts_text`` expressions
-    slotted in; ``template`` goes into ``namespace``."""
-    namespace["_template_copy"] = template.copy
-    return (f"{indent}md = _template_copy()\n"
-            f"{indent}md[{META_CREATED_AT!r}] = {created}\n"
-            f"{indent}md[{META_COMMIT_TS!r}] = {ts_text}\n")
-
-
 def _row_record(ev: RowChange, position: bytes, store) -> Record:
-    table = ev.table
-    template, names = _row_template(table, store)
+    return _templated_row_record(ev, position, *_row_template(ev.table, store))
+
+
+def _templated_row_record(ev: RowChange, position: bytes, template: dict, names: tuple[str, ...]) -> Record:
     md = template.copy()
     commit_ts = ev.commit_ts
     md[META_CREATED_AT] = str((commit_ts >> 18) * 1_000_000)

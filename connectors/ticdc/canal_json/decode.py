@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import base64
-import decimal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -22,10 +21,8 @@ from cdcflow.connectors.ticdc.events import (
     RowChange,
 )
 from cdcflow.connectors.ticdc.tidb import (
-    INLINE_NAMES,
     Column,
     TableSchema,
-    inline_parse_expr,
 )
 
 from .schema import (
@@ -36,7 +33,6 @@ from .schema import (
     DML_TYPES,
     META_CANAL_TYPE,
     WATERMARK,
-    _parse_binary,
     parse_mysql_type,
     value_parser,
 )
@@ -44,63 +40,15 @@ from .schema import (
 # --------------------------------------------------------------------------- decoder
 
 class _DecodePlan:
-    """Per (table, mysqlType, pkNames): the column model, a parser per column and a generated
-    converter for rows holding every column."""
+    """Per (table, mysqlType, pkNames): the column model and a parser per column."""
 
-    __slots__ = ("table", "mysql", "pk", "columns", "convert")
+    __slots__ = ("table", "mysql", "pk", "columns")
 
     def __init__(self, table: TableSchema, mysql: dict, pk: list | None):
         self.table = table
         self.mysql = mysql
         self.pk = pk
         self.columns = tuple((c.name, value_parser(c)) for c in table.columns)
-        self.convert = _compile_values(table, self.columns)
-
-
-def _bad():
-    raise ValueError("value does not fit its column")
-
-
-def _parse_expr(col: Column, conv: Callable[[str], Any] | None, v: str, ns: dict[str, Any], i: int) -> str:
-    """Python expression giving ``conv(v)`` for the text in variable ``v`` (``v`` itself when
-    ``conv`` is None), inline for the common types; raises when ``v`` is not a str."""
-    t = col.type
-    if conv is None:
-        return f"({v} if type({v}) is str else _bad())"
-    if conv is int or conv is float or conv is decimal.Decimal:
-        ns[f"p{i}"] = conv
-        return f"(p{i}({v}) if type({v}) is str else _bad())"
-    if conv is _parse_binary:
-        return f"({v}.encode('latin-1') if type({v}) is str else _bad())"
-    if t == "DATE":
-        ns[f"m{i}"] = {}
-        return inline_parse_expr("DATE", v, "_bad()", memo=f"m{i}")
-    if t in ("DATETIME", "TIMESTAMP"):
-        return inline_parse_expr(t, v, "_bad()")
-    if t == "ENUM":
-        ns[f"e{i}"] = names = ("",) + col.elements
-        return f"(e{i}[x] if type({v}) is str and 0 <= (x := int({v})) < {len(names)} else _bad())"
-    ns[f"p{i}"] = conv
-    return f"(p{i}({v}) if type({v}) is str else _bad())"
-
-
-def _compile_values(table: TableSchema, columns) -> Callable[[dict], dict | None]:
-    """Generate ``row texts -> row`` for a row holding every column: one dict display with the
-    parsers inline; None on any surprise (missing column, bad text), so ``_values`` can raise
-    the error naming the column."""
-    namespace: dict[str, Any] = {"_bad": _bad, **INLINE_NAMES}
-    items = []
-    for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
-        v = f"v{i}"
-        items.append(f"{name!r}: None if ({v} := texts[{name!r}]) is None else "
-                     f"{_parse_expr(col, conv, v, namespace, i)}")
-    source = ("def convert(texts):\n"
-              f"    if len(texts) != {len(columns)}:\n        return None\n"
-              "    try:\n"
-              "        return {" + ", ".join(items) + "}\n"
-              "    except Exception:\n        return None\n")
-    exec(compile(source, f"<cdcflow.canal-json row converter {table.collection}>", "exec"), namespace)
-    return namespace["convert"]
 
 
 def _field(obj: dict, name: str, kind: type | tuple, nullable: bool = False) -> Any:
@@ -213,9 +161,7 @@ class CanalJsonDecoder:
         plan = self._plans.get((schema, table))
         if plan is None or plan.mysql != mysql or plan.pk != pk:
             plan = self._new_plan(obj, schema, table, row_text, mysql, pk)
-        row = plan.convert(row_text)
-        if row is None:
-            row = self._values(plan, row_text, "data[0]")
+        row = self._values(plan, row_text, "data[0]")
         extra: dict[str, str] = {}
         only_key = False
         if tidb:
@@ -233,9 +179,7 @@ class CanalJsonDecoder:
             if type(old_list) is not list or len(old_list) != 1 or type(old_list[0]) is not dict:
                 raise MalformedMessage(CODEC, "old", "old must be null or hold exactly one row object")
             if kind == UPDATE:  # TiCDC writes old only for updates; elsewhere it carries nothing
-                old = plan.convert(old_list[0])
-                if old is None:
-                    old = self._values(plan, old_list[0], "old[0]")
+                old = self._values(plan, old_list[0], "old[0]")
                 if len(old) < len(row) and not only_key:
                     # only changed columns were written: the others equal the new image
                     old = {name: (old[name] if name in old else row[name]) for name in row}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,11 +24,9 @@ from cdcflow.connectors.ticdc.events import (
     RowChange,
 )
 from cdcflow.connectors.ticdc.tidb import (
-    INLINE_NAMES,
     INTEGER_TYPES,
     Column,
     TableSchema,
-    inline_text_expr,
 )
 
 from .schema import (
@@ -57,119 +54,9 @@ reference and the fallback (tests switch the kernel off by setting this to None)
 
 # --------------------------------------------------------------------------- encoder
 
-def _fail(why: str):
-    """Raise from inside a generated expression (``x if ok else _fail(...)``)."""
-    raise _ValueProblem(why)
-
-
-def _text_expr(col: Column, conv: Callable[[Any], str], v: str, ns: dict[str, Any], i: int) -> str:
-    """Python expression turning the native value in variable ``v`` into ``col``'s canal-json
-    text. The common types are formatted inline with C calls (``str``, ``format``, ``isoformat``)
-    guarded by checks that make the result exactly what ``value_formatter(col)`` returns; anything
-    else (and every value failing a guard) goes to that formatter, which raises the precise error."""
-    t = col.type
-    ns[f"c{i}"] = conv
-    slow = f"c{i}({v})"
-    if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
-        return f"(str({v}) if type({v}) is int else _fail('needs an int'))"
-    if conv is _str_text:
-        return f"({v} if type({v}) is str else _fail('needs a str'))"
-    if conv is _binary_text:
-        return f"({v}.decode('latin-1') if type({v}) is bytes else _fail('binary column needs bytes'))"
-    inline = inline_text_expr(col, v, slow)
-    if inline is not None:
-        return inline
-    if t == "ENUM" and col.elements:
-        ns[f"e{i}"] = {name: str(k + 1) for k, name in enumerate(col.elements)}
-        return f"(x if type({v}) is str and (x := e{i}.get({v})) is not None else {slow})"
-    return slow
-
-
-# Whether orjson's output needs ``_dumps``'s rewrite, in two C calls: deleting the bytes that start
-# what Go escapes and orjson does not (<, >, &, and \xe2 of U+2028/9) changes the length, or a
-# ``\b``/``\f`` escape is present. False positives only cost the exact rewrite.
-_GO_DIFFERS = b"<>&\xe2"
-_SHORT_ESCAPE_SEARCH = re.compile(rb"\\[bf]").search
-
-
-def _texts_display(table: TableSchema, columns, namespace: dict[str, Any]) -> str:
-    """The dict display ``{column: text, ...}`` of a full row in variable ``row`` (see ``_text_expr``)."""
-    items = []
-    for i, (col, (name, conv)) in enumerate(zip(table.columns, columns)):
-        v = f"v{i}"
-        items.append(f"{name!r}: None if ({v} := row[{name!r}]) is None else "
-                     f"{_text_expr(col, conv, v, namespace, i)}")
-    return "{" + ", ".join(items) + "}"
-
-
-def _compile_message(plan: "_EncodePlan", table: TableSchema,
-                     changed_only: bool) -> Callable[[RowChange, int], bytes | None]:
-    """Generate ``(event, now) -> message bytes`` for one table and the encoder's options: the row
-    texts as one dict display (the common types formatted inline), one ``orjson`` call per row
-    image, one ``%`` into the per-kind template. Returns None whenever the general path must
-    decide (partial images, extra, sqlType promotion, a value that does not fit: the general path
-    then writes the message or raises the error naming the column)."""
-    ns: dict[str, Any] = {"_fail": _fail, "dumps": orjson.dumps, "go_dumps": _dumps, "GO": _GO_DIFFERS,
-                          "short_escape": _SHORT_ESCAPE_SEARCH, "texts": plan.texts,
-                          "T_INSERT": plan.templates[INSERT], "T_UPDATE": plan.templates[UPDATE],
-                          "T_DELETE": plan.templates[DELETE], **INLINE_NAMES}
-    display = _texts_display(table, plan.columns, ns)
-    n = len(plan.columns)
-    promote = "".join(f"    if type(x := row.get({name!r})) is int and x > {limit}:\n        return None\n"
-                      for name, limit, _ in plan.promote)
-    changed = "            o = {k: v for k, v in o.items() if data[k] != v}\n" if changed_only else ""
-    slots = "(ts >> 18, now, old_part, data_part" + (", ts)" if plan.commit_ts_slot else ")")
-    source = (
-        "def message(ev, now):\n"
-        "    row = ev.row\n"
-        f"    if type(row) is not dict or len(row) != {n} or ev.extra:\n        return None\n"
-        "    ts = ev.commit_ts\n"
-        "    if type(ts) is not int or type(now) is not int:\n        return None\n"
-        "    kind = ev.kind\n"
-        f"    if kind == {INSERT!r}:\n        template = T_INSERT\n"
-        f"    elif kind == {UPDATE!r}:\n        template = T_UPDATE\n"
-        f"    elif kind == {DELETE!r}:\n        template = T_DELETE\n"
-        "    else:\n        return None\n"
-        + promote +
-        "    try:\n"
-        f"        data = {display}\n"
-        "        old_part = b'null'\n"
-        f"        if kind == {UPDATE!r} and (old := ev.old) is not None:\n"
-        f"            if type(old) is not dict or len(old) != {n}:\n                return None\n"
-        "            o = texts(old)\n"
-        + changed +
-        "            old_part = dumps(o)\n"
-        "            if len(old_part.translate(None, GO)) != len(old_part) or short_escape(old_part):\n"
-        "                old_part = go_dumps(o)\n"
-        "            old_part = b'[' + old_part + b']'\n"
-        "        data_part = dumps(data)\n"
-        "        if len(data_part.translate(None, GO)) != len(data_part) or short_escape(data_part):\n"
-        "            data_part = go_dumps(data)\n"
-        "    except Exception:\n        return None\n"
-        f"    return template % {slots}\n")
-    exec(compile(source, f"<cdcflow.canal-json message {table.collection}>", "exec"), ns)
-    return ns["message"]
-
-
-def _compile_texts(table: TableSchema, columns) -> Callable[[dict], dict]:
-    """Generate ``row -> {column: canal-json text}`` for a row holding every column of the table:
-    one dict display, the common types formatted inline (see ``_text_expr``). Raises
-    ``_ValueProblem``/``KeyError`` (or whatever a bad value raises); the caller then takes the
-    general path, which names the column."""
-    namespace: dict[str, Any] = {"_fail": _fail, **INLINE_NAMES}
-    source = "def texts(row):\n    return " + _texts_display(table, columns, namespace) + "\n"
-    exec(compile(source, f"<cdcflow.canal-json texts {table.collection}>", "exec"), namespace)
-    return namespace["texts"]
-
-
-def _percent_safe(fragment: bytes) -> bytes:
-    return fragment.replace(b"%", b"%%")
-
-
 def _kernel_kind(col: Column, conv: Callable[[Any], str]) -> tuple[int, int]:
-    """(kind, scale or fsp or -1) of ``col`` for the kernel: the same split as ``_text_expr``
-    (exact type checks inline, the formatter for the rest); TIME too, whose C text is
-    ``format_time``'s."""
+    """(kind, scale or fsp or -1) of ``col`` for the kernel: the types the C writer formats itself
+    (with exact type checks, giving ``value_formatter(col)``'s text); the formatter for the rest."""
     t, k = col.type, _kernel
     if t in INTEGER_TYPES or t in ("BIT", "YEAR"):
         return k.K_INT, -1
@@ -193,13 +80,13 @@ def _kernel_kind(col: Column, conv: Callable[[Any], str]) -> tuple[int, int]:
 
 
 def _kernel_plan(plan: "_EncodePlan", head: bytes, tidb_extension: bool, changed_only: bool):
-    """The compiled writer for ``plan``'s table: the message's constant JSON pieces (the same
-    bytes as the ``%`` templates), and per column its key, kind and Python formatter."""
+    """The compiled writer for ``plan``'s table: the message's constant JSON pieces (the bytes
+    ``_encode_row`` writes around the row images), and per column its key, kind and Python formatter."""
     table = plan.table
     limits = {name: limit for name, limit, _ in plan.promote}
     columns = []
     for col, (name, conv) in zip(table.columns, plan.columns):
-        key = _dumps(name) + b":"  # names _dumps cannot write failed the templates already
+        key = _dumps(name) + b":"
         kind, param = _kernel_kind(col, conv)
         enum_texts = {e: str(i + 1) for i, e in enumerate(col.elements)} if kind == _kernel.K_ENUM else None
         columns.append((name, key, kind, param, conv, enum_texts, limits.get(name)))
@@ -214,12 +101,10 @@ def _kernel_plan(plan: "_EncodePlan", head: bytes, tidb_extension: bool, changed
 
 
 class _EncodePlan:
-    """Per-table state for encoding: column converters, mysqlType and sqlType objects, and for
-    the fast path of full rows the whole message as one ``%`` template per row kind (constant
-    JSON escaped once; slots for es, ts, old, data and the commit ts)."""
+    """Per-table state for encoding: column formatters, mysqlType and sqlType objects, and the
+    compiled writer's plan where the kernel is built."""
 
-    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names", "texts", "templates", "commit_ts_slot",
-                 "message", "kernel")
+    __slots__ = ("table", "columns", "mysql", "sql", "promote", "pk_names", "kernel")
 
     def __init__(self, table: TableSchema, full_types: bool, tidb_extension: bool, changed_only: bool):
         self.table = table
@@ -230,18 +115,15 @@ class _EncodePlan:
                              if c.unsigned and c.type in _UNSIGNED_PROMOTION)
         names = [c.name for c in table.columns if c.handle_key]
         self.pk_names = names or None
-        self.texts = _compile_texts(table, self.columns)
-        # {"id":0,"database":..,"table":..,"pkNames":..,"isDdl":false   (no closing brace)
-        head = _dumps({"id": 0, "database": table.schema, "table": table.table,
-                       "pkNames": self.pk_names, "isDdl": False})[:-1]
-        types = _percent_safe(b',"sql":"","sqlType":' + _dumps(self.sql) + b',"mysqlType":' + _dumps(self.mysql))
-        self.commit_ts_slot = tidb_extension
-        tail = b',"_tidb":{"commitTs":%d}}' if tidb_extension else b"}"
-        self.templates = {kind: b"".join((_percent_safe(head), b',"type":"', typ.encode(), b'","es":%d,"ts":%d',
-                                          types, b',"old":%b,"data":[%b]', tail))
-                          for kind, typ in _KIND_TYPE.items()}
-        self.message = _compile_message(self, table, changed_only)
-        self.kernel = _kernel_plan(self, head, tidb_extension, changed_only) if _kernel is not None else None
+        self.kernel = None
+        if _kernel is not None:
+            try:
+                # {"id":0,"database":..,"table":..,"pkNames":..,"isDdl":false   (no closing brace)
+                head = _dumps({"id": 0, "database": table.schema, "table": table.table,
+                               "pkNames": self.pk_names, "isDdl": False})[:-1]
+                self.kernel = _kernel_plan(self, head, tidb_extension, changed_only)
+            except orjson.JSONEncodeError:
+                pass  # a name JSON cannot hold: the Python path raises the typed error per row
 
 
 class CanalJsonEncoder:
@@ -290,10 +172,9 @@ class CanalJsonEncoder:
                 if j > i:
                     i = j
                     continue
-            table, message = ev.table, plan.message
+            table = ev.table
             while True:
-                msg = message(ev, now)
-                append(msg if msg is not None else self._encode_row(ev, now, fast=False))
+                append(self._encode_row(ev, now))
                 i += 1
                 if i == n or type(ev := events[i]) is not RowChange or ev.table is not table:
                     break
@@ -310,12 +191,8 @@ class CanalJsonEncoder:
                 self.options.old_changed_only)
         return plan
 
-    def _encode_row(self, ev: RowChange, now: int, fast: bool = True) -> bytes:
+    def _encode_row(self, ev: RowChange, now: int) -> bytes:
         plan = self._plan(ev.table)
-        if fast:
-            msg = plan.message(ev, now)
-            if msg is not None:
-                return msg
         kind_type = _KIND_TYPE.get(ev.kind)
         if kind_type is None:
             raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {ev.kind!r}")

@@ -34,14 +34,12 @@ from cdcflow.connectors.ticdc.events import (
 )
 from cdcflow.connectors.ticdc.schema import value_kind as _value_kind
 from cdcflow.connectors.ticdc.tidb import (
-    datetime_from_text,
     INLINE_NAMES,
     Column,
     TableSchema,
+    datetime_from_text,
     inline_parse_expr,
     parse_date,
-    b64decode_strict,
-    datetime_from_text,
     parse_datetime,
 )
 from cdcflow.record import Operation, Record

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import binascii
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat as _repeat
@@ -16,11 +15,8 @@ from cdcflow.connectors.ticdc.events import (
 )
 from cdcflow.connectors.ticdc.tidb import (
     BINARY_TYPES,
-    INLINE_NAMES,
     Column,
     TableSchema,
-    inline_go_float_expr,
-    inline_text_expr,
 )
 from cdcflow.connectors.ticdc.tidb import ValueMismatch as _ValueProblem
 from cdcflow.connectors.ticdc.tidb import format_go_float as go_float_text
@@ -29,8 +25,9 @@ from .options import _OPS, _UNQUOTED_TYPES, CODEC, CsvOptions, _formatter, _kern
 
 # --------------------------------------------------------------------------- encoder
 
-# Characters each inline TiDB text form can write. Where the quote character (or, with backslash
-# escaping, the delimiter or the NULL text) could occur in one, the careful writer takes the column.
+# Characters each TiDB text form the compiled writer writes itself can hold. Where the quote
+# character (or, with backslash escaping, the delimiter or the NULL text) could occur in one, the
+# kernel calls the column's field writer instead.
 _DIGITS = "0123456789"
 # Column kinds of the compiled writer's plan (the EK_* numbers in _csv.c).
 _EK_CALL, _EK_INT, _EK_GO_FLOAT, _EK_STR, _EK_DECIMAL, _EK_DATE, _EK_DATETIME, _EK_BASE64, _EK_HEX = range(9)
@@ -39,12 +36,10 @@ _FORM_CHARS = {"DECIMAL": frozenset(_DIGITS + "-."), "DATE": frozenset(_DIGITS +
 
 
 class _Writer:
-    """Per (table, options): the careful per-column field writers, and two functions generated
-    from one field expression per column (``_field_expr``): ``lines`` (whole lines of plain rows)
-    and ``column_texts`` (one row's field texts, for the careful ``line``)."""
+    """Per (table, options): the per-column field writers, the line prefixes and the compiled
+    writer's plan (``_csv.c`` ``encode``)."""
 
-    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "column_texts", "lines",
-                 "plan")
+    __slots__ = ("table", "options", "columns", "quote_field", "prefix", "handle_names", "plan")
 
     def __init__(self, table: TableSchema, options: CsvOptions):
         self.table = table
@@ -77,23 +72,15 @@ class _Writer:
         self.prefix = {op: quote_field(op) + options.delimiter + quote_field(table.table) + options.delimiter
                        + quote_field(table.schema) for op in ("I", "U", "D")}
         self.handle_names = tuple(c.name for c in table.columns if c.handle_key)
-        ns: dict[str, Any] = {**INLINE_NAMES, "D": options.delimiter, "END": options.terminator,
-                              "NULL": options.null, "Q": q, "QQ": q + q, "b2a_base64": binascii.b2a_base64,
-                              "PREFIX": {kind: self.prefix[op] for kind, op in _OPS.items()}}
-        fields = []
-        for i, col in enumerate(table.columns):
-            ns[f"K{i}"] = col.name  # names go in as constants: any text is safe in generated code
-            fields.append(f"NULL if (v{i} := row[K{i}]) is None else {self._field_expr(i, col, ns)}")
-        self.column_texts = self._compile_column_texts(fields, ns)
-        self.lines = self._compile_lines(fields, ns)
         self.plan = self._encode_plan()
 
     def _encode_plan(self) -> tuple | None:
-        """The compiled writer's plan (``_csv.c`` ``encode``) for what ``lines`` writes, or None
-        where ``lines`` does not apply or the dialect is not one byte per character. Per column:
-        (name, kind, scale/fsp, careful field writer); the kinds mirror ``_field_expr``."""
+        """The compiled writer's plan (``_csv.c`` ``encode``) for rows without is-update or
+        handle-key columns, or None where those are on or the dialect is not one byte per
+        character. Per column: (name, kind, scale/fsp, field writer)."""
         o = self.options
-        if self.lines is None or len(o.quote) != 1 or not (o.quote + o.delimiter).isascii():
+        if (o.output_old_value or o.output_handle_key or len(o.quote) != 1
+                or not (o.quote + o.delimiter).isascii()):
             return None
         try:
             prefixes = {kind: (self.prefix[op] + o.delimiter).encode() for kind, op in _OPS.items()}
@@ -105,8 +92,8 @@ class _Writer:
         return (prefixes, *texts, o.include_commit_ts, columns)
 
     def _encode_kind(self, col: Column) -> tuple[int, int]:
-        """(kind, param) of ``col`` for the compiled writer: the text form ``_field_expr`` writes
-        inline, or _EK_CALL (the careful writer, as ``_field_expr``'s ``slow``)."""
+        """(kind, param) of ``col`` for the compiled writer: a text form it writes itself (the
+        same text as the field writer), or _EK_CALL (it calls the field writer)."""
         o = self.options
         conv = _formatter(col, o)
         t = col.type
@@ -137,70 +124,6 @@ class _Writer:
             return o.quote not in chars
         return bool(set(o.delimiter) - chars) and (not o.null or bool(set(o.null) - chars))
 
-    def _field_expr(self, i: int, col: Column, ns: dict[str, Any]) -> str:
-        """Expression for the final field text of column ``i``'s non-NULL value in ``v{i}``: TiDB's
-        text forms inline (``tidb.inline_text_expr`` / ``inline_go_float_expr``), quoting inline;
-        every value a guard refuses goes to the careful field writer ``F{i}``, which writes it or
-        raises ``ValueMismatch``."""
-        o = self.options
-        q = o.quote
-        v = f"v{i}"
-        ns[f"F{i}"] = self.columns[i][1]
-        slow = f"F{i}({v})"
-        conv = _formatter(col, o)
-        t = col.type
-        if conv is _int_text:
-            return f"(str({v}) if type({v}) is int else {slow})"
-        if conv is go_float_text:  # numbers are never quoted
-            return inline_go_float_expr(v, slow)
-        if not q:  # backslash escaping: the careful writer, except for forms that need none
-            if t not in _FORM_CHARS:
-                return slow
-        elif conv is _str_text:
-            return f"(Q + ({v} if Q not in {v} else {v}.replace(Q, QQ)) + Q if type({v}) is str else {slow})"
-        elif t in BINARY_TYPES:
-            text = f"{v}.hex()" if o.binary_encoding_method == "hex" else f"b2a_base64({v}, newline=False).decode()"
-            return f"(Q + t + Q if type({v}) is bytes and Q not in (t := {text}) else {slow})"
-        chars = _FORM_CHARS.get(t)
-        if chars is None or not self._plain(chars):
-            return slow
-        ns[f"c{i}"] = conv  # the formatter alone (no quoting): its text also has only ``chars``
-        form = inline_text_expr(col, v, f"c{i}({v})")
-        if form is None:
-            return slow
-        return f"(Q + {form} + Q)" if q else form
-
-    def _compile_lines(self, fields: list[str], ns: dict[str, Any]):
-        """``(kinds, commit_ts, rows) -> [line]`` for plain rows (no is-update or handle-key
-        column): one f-string per row. None for the batch when any row or value needs the careful
-        path (``line``), which then writes it or names the offending column."""
-        o = self.options
-        if o.output_old_value or o.output_handle_key:
-            return None
-        ts = "{ts}{D}" if o.include_commit_ts else ""
-        source = (
-            "def lines(kinds, commit_ts, rows):\n"
-            "    out = []\n"
-            "    append = out.append\n"
-            "    for kind, ts, row in zip(kinds, commit_ts, rows):\n"
-            "        append(f\"{PREFIX[kind]}{D}" + ts + "{D}".join("{" + f + "}" for f in fields) + "{END}\")\n"
-            "    return out\n"
-        )
-        exec(compile(source, f"<cdcflow.csv line writer {self.table.collection}>", "exec"), ns)
-        lines = ns["lines"]
-
-        def checked(kinds, commit_ts, rows):
-            try:
-                return lines(kinds, commit_ts, rows)
-            except (_ValueProblem, KeyError, TypeError):  # odd value, missing column, row not a dict
-                return None
-        return checked
-
-    def _compile_column_texts(self, fields: list[str], ns: dict[str, Any]) -> Callable[[dict], list]:
-        source = "def column_texts(row):\n    return [" + ", ".join(fields) + "]\n"
-        exec(compile(source, f"<cdcflow.csv column writer {self.table.collection}>", "exec"), ns)
-        return ns["column_texts"]
-
     @staticmethod
     def _field_text(col: Column, options: CsvOptions, quote_field: Callable[[str], str]) -> Callable[[Any], str]:
         """Value -> final field text (quoted or escaped when TiCDC writes it as a string)."""
@@ -220,7 +143,7 @@ class _Writer:
 
     def line(self, op: str, commit_ts: int, row: dict, is_update: bool) -> str:
         o = self.options
-        d = o.delimiter
+        d, null = o.delimiter, o.null
         parts = [self.prefix[op]]
         if o.include_commit_ts:
             parts.append(str(commit_ts))
@@ -229,7 +152,7 @@ class _Writer:
         if o.output_handle_key:
             parts.append(self.quote_field(self._handle_key_text(row)))
         try:
-            parts += self.column_texts(row)
+            parts += [null if (v := row[name]) is None else text(v) for name, text in self.columns]
         except (_ValueProblem, KeyError):
             self._raise_for(row)
         return d.join(parts) + o.terminator
@@ -322,24 +245,20 @@ def encode_table_rows(table: TableSchema, kinds: Sequence[str], commit_ts: Seque
     lines = []
     if with_header:
         lines.append(header_line(table, options))
-    fast = w.lines(kinds, commit_ts, rows) if w.lines is not None else None
-    if fast is not None:
-        lines += fast
-    else:
-        split_updates = options.output_old_value
-        for kind, ts, row, old in zip(kinds, commit_ts, rows, _repeat(None) if olds is None else olds):
-            if type(row) is not dict:
-                raise UnsupportedEvent(CODEC, None, f"{table.collection}: a {kind} row without values" if row is None
-                                       else f"{table.collection}: a {kind} row is not a column -> value dict")
-            if kind == UPDATE and split_updates and old is not None:
-                if type(old) is not dict:
-                    raise UnsupportedEvent(CODEC, None, f"{table.collection}: an old image is not a dict")
-                lines.append(w.line("D", ts, old, True))
-                lines.append(w.line("I", ts, row, True))
-            elif kind in _OPS:
-                lines.append(w.line(_OPS[kind], ts, row, kind == UPDATE))
-            else:
-                raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {kind!r}")
+    split_updates = options.output_old_value
+    for kind, ts, row, old in zip(kinds, commit_ts, rows, _repeat(None) if olds is None else olds):
+        if type(row) is not dict:
+            raise UnsupportedEvent(CODEC, None, f"{table.collection}: a {kind} row without values" if row is None
+                                   else f"{table.collection}: a {kind} row is not a column -> value dict")
+        if kind == UPDATE and split_updates and old is not None:
+            if type(old) is not dict:
+                raise UnsupportedEvent(CODEC, None, f"{table.collection}: an old image is not a dict")
+            lines.append(w.line("D", ts, old, True))
+            lines.append(w.line("I", ts, row, True))
+        elif kind in _OPS:
+            lines.append(w.line(_OPS[kind], ts, row, kind == UPDATE))
+        else:
+            raise UnsupportedEvent(CODEC, None, f"RowChange.kind must be insert/update/delete, not {kind!r}")
     try:
         return "".join(lines).encode("utf-8")
     except UnicodeEncodeError as e:

@@ -14,10 +14,8 @@ import orjson
 from cdcflow import accel
 from cdcflow.connectors.ticdc.tidb import (
     b64decode_strict,
-    INLINE_NAMES,
     Column,
     TableSchema,
-    inline_parse_expr,
     parse_date,
     parse_datetime,
 )
@@ -197,71 +195,15 @@ def _go_bytes(v):
 class _TableDecoding:
     """A table as one column signature shows it, with a converter per column."""
 
-    __slots__ = ("table", "columns", "specs", "convert", "kernel_plan", "key_suffix")
+    __slots__ = ("table", "columns", "specs", "kernel_plan", "key_suffix")
 
     def __init__(self, table: TableSchema, columns: dict[str, tuple[int, int, Callable]]):
         self.table = table
         self.columns = columns  # name -> (type code, flags, converter)
-        # the same in the message's column order, for the fast path
+        # the same in the message's column order, for the compiled decoder's plan
         self.specs = tuple((name, t, f, conv) for name, (t, f, conv) in columns.items())
-        self.convert = _compile_convert(self.specs)
         self.kernel_plan = None  # the compiled decoder's RowPlan, once registered (_register_plan)
         self.key_suffix = b""  # the key JSON after '{"ts":N' that names this table
-
-
-def _native_expr(code: int, flags: int, conv: Callable[[Any], Any], v: str, ns: dict[str, Any], i: int) -> str:
-    """Python expression converting the JSON value in variable ``v`` as ``conv`` (from
-    ``_wire_to_native``) does, inline for the common types; anything else calls ``conv``."""
-    if code in _INT_CODES:
-        lo, hi = _INT_RANGE[code][1 if flags & FLAG_UNSIGNED else 0]
-        return f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else _bad())"
-    if conv is _expect_str:
-        return f"({v} if type({v}) is str else _bad())"
-    if code == 5:
-        return f"({v} if type({v}) is float else float({v}) if type({v}) is int else _bad())"
-    if code == 246:
-        return f"(x if (x := Decimal({v})).is_finite() else _bad())"
-    if code == 10:
-        ns[f"m{i}"] = {}
-        return inline_parse_expr("DATE", v, "_bad()", memo=f"m{i}")
-    if code == 7 or code == 12:
-        return inline_parse_expr("DATETIME", v, "_bad()")
-    if conv is _b64_text:
-        return f"_a2b({v}).decode('utf-8')"
-    if conv is _b64_bytes:
-        return f"_a2b({v})"
-    ns[f"f{i}"] = conv
-    if conv.__name__ == "conv_enum":  # element names by index, range-checked
-        ns[f"e{i}"] = conv.names
-        return f"(e{i}[{v}] if type({v}) is int and 0 <= {v} < {len(conv.names)} else _bad())"
-    return f"f{i}({v})"
-
-
-def _compile_convert(specs) -> Callable[[dict], dict | None]:
-    """Generate ``image -> row`` for one column signature: type code and flags checked and the
-    value converted per column in one function body (the common types inline, see
-    ``_native_expr``); None on any surprise, so the checked path can say what is wrong."""
-    namespace: dict[str, Any] = {"_expect_str": _expect_str, "Decimal": Decimal, "_a2b": b64decode_strict,
-                                 **INLINE_NAMES}
-    checks, items = [], []
-    for i, (name, t, f, conv) in enumerate(specs):
-        c, v = f"c{i}", f"v{i}"
-        checks.append(f"{c} = image[{name!r}]")
-        checks.append(f"if {c}['t'] != {t} or {c}['f'] != {f}: return None")
-        items.append(f"{name!r}: None if ({v} := {c}['v']) is None else {_native_expr(t, f, conv, v, namespace, i)}")
-    source = ("def convert(image):\n"
-              f"    if len(image) != {len(specs)}:\n        return None\n"
-              "    try:\n"
-              + "".join(f"        {line}\n" for line in checks)
-              + "        return {" + ", ".join(items) + "}\n"
-              "    except Exception:\n        return None\n")
-    namespace["_bad"] = _bad_value
-    exec(compile(source, "<cdcflow.open-protocol row converter>", "exec"), namespace)
-    return namespace["convert"]
-
-
-def _bad_value():
-    raise ValueError("value does not fit its column")
 
 
 class OpenProtocolDecoder:
@@ -375,22 +317,15 @@ class OpenProtocolDecoder:
         dec = self._cache.get((scm, tbl, ptn, tuple(image)))
         if dec is None:
             dec = self._table_for(scm, tbl, ptn, image, vstart)
-        row = dec.convert(image)
-        if row is None:  # something is off: the checked path says what, or the schema changed
-            try:
-                row = _convert(dec, image, vstart, part)
-            except _SignatureChanged:  # same column names, other types/flags
-                self._forget(self._cache.pop((scm, tbl, ptn, tuple(image)), None))
-                dec = self._table_for(scm, tbl, ptn, image, vstart)
-                row = _convert(dec, image, vstart, part, strict=True)
+        try:
+            row = _convert(dec, image, vstart, part)
+        except _SignatureChanged:  # same column names, other types/flags
+            self._forget(self._cache.pop((scm, tbl, ptn, tuple(image)), None))
+            dec = self._table_for(scm, tbl, ptn, image, vstart)
+            row = _convert(dec, image, vstart, part, strict=True)
         if dec.kernel_plan is None and _decode_kernel is not None:
             self._register_plan(dec, scm, tbl, ptn)
-        old_row = None
-        if old is not None:
-            if len(old) == len(image):
-                old_row = dec.convert(old)
-            if old_row is None:
-                old_row = _convert(dec, old, vstart, "p", strict=True)
+        old_row = None if old is None else _convert(dec, old, vstart, "p", strict=True)
         extra = None
         if len(k) > 4:  # only rid/ohk/ccl make a key longer than ts, scm, tbl, t (+ptn)
             extra = {}

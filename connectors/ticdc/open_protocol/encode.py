@@ -11,10 +11,8 @@ from typing import Any, Callable, Iterable, Mapping
 import orjson
 from cdcflow import accel
 from cdcflow.connectors.ticdc.tidb import (
-    INLINE_NAMES,
     Column,
     TableSchema,
-    inline_text_expr,
 )
 from cdcflow.connectors.ticdc.tidb import format_date as date_text
 from cdcflow.connectors.ticdc.tidb import format_datetime as datetime_text
@@ -244,10 +242,9 @@ def _native_to_wire(table: TableSchema, col: Column) -> Callable[[Any], Any]:
 
 class _TableEncoding:
     """Per-table precomputation: key JSON prefix, and per column its name, the
-    constant part of its column object and its value converter; plus two generated
-    image builders (new and old image) for rows holding every column."""
+    constant part of its column object and its value converter."""
 
-    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "new_image", "old_image", "kernel_plan")
+    __slots__ = ("table", "key_suffix", "columns", "by_name", "handle", "kernel_plan")
 
     def __init__(self, table: TableSchema):
         self.table = table
@@ -263,72 +260,7 @@ class _TableEncoding:
                               _native_to_wire(table, col)) for col in table.columns)
         self.by_name = {c[0] for c in self.columns}
         self.handle = frozenset(c.name for c in table.columns if c.handle_key)
-        self.new_image = _compile_image(table, self.columns)
-        self.old_image = _compile_image(table, self.columns)
         self.kernel_plan = None  # the compiled encoder's TablePlan, built on first use (_kernel_plan)
-
-
-def _wire_expr(col: Column, code: int, conv: Callable[[Any], Any], v: str, ns: dict[str, Any], i: int) -> str:
-    """Python expression for the JSON value of the native value in variable ``v``: what ``conv``
-    (``_native_to_wire``) returns, inline for the common types; a value failing an inline check
-    goes to ``conv`` (which raises the error naming the column) or raises ``_NotFast``."""
-    ns[f"f{i}"] = conv
-    slow = f"f{i}({v})"
-    kind = conv.__name__
-    if kind == "enc_int":
-        lo, hi = _int_bounds(code, col)
-        return f"({v} if type({v}) is int and {lo} <= {v} <= {hi} else {slow})"
-    if kind in ("enc_text", "enc_json"):
-        return f"({v} if type({v}) is str else {slow})"
-    if kind == "enc_double":
-        return f"({v} if type({v}) is float and -_INF < {v} < _INF else {slow})"
-    if kind == "enc_enum" and col.elements:
-        ns[f"e{i}"] = {name: k + 1 for k, name in enumerate(col.elements)}
-        return f"(x if type({v}) is str and (x := e{i}.get({v})) is not None else {slow})"
-    if kind == "enc_blob":
-        encode = "" if is_binary(col) else ".encode()"
-        want = "bytes" if is_binary(col) else "str"
-        return f"(_b64({v}{encode}, newline=False).decode('ascii') if type({v}) is {want} else {slow})"
-    if kind in ("enc_decimal", "enc_date", "enc_datetime"):
-        return inline_text_expr(col, v, slow) or slow
-    return slow
-
-
-def _compile_image(table: TableSchema, columns) -> Callable[[dict], dict]:
-    """Generate ``row -> {column: {"t", "h"?, "f", "v"}}`` for a row holding exactly the table's
-    columns. The column objects are built once and only their ``"v"`` is replaced per row, so a
-    row costs one store per column plus its value's conversion (inline for the common types);
-    the returned dict is the same object every call, valid until the next call (the encoder
-    serialises it at once and is used by one thread at a time). Raises ``_NotFast`` (or KeyError,
-    or the converter's ``UnrepresentableValue``); ``_image`` then takes the checked path."""
-    namespace: dict[str, Any] = {"_not_fast": _not_fast, "_INF": _INF, "_b64": binascii.b2a_base64,
-                                 **INLINE_NAMES}
-    image: dict[str, dict] = {}
-    lines = []
-    for i, (name, t, h, f, conv) in enumerate(columns):
-        v = f"v{i}"
-        image[name] = {"t": t, "h": True, "f": f, "v": None} if h else {"t": t, "f": f, "v": None}
-        namespace[f"c{i}"] = image[name]
-        expr = _wire_expr(table.column(name), t, conv, v, namespace, i)
-        lines.append(f"    c{i}['v'] = None if ({v} := row[{name!r}]) is None else {expr}\n")
-    namespace["IMAGE"] = image
-    source = ("def image(row):\n"
-              f"    if len(row) != {len(columns)}:\n        _not_fast()\n"
-              + "".join(lines) + "    return IMAGE\n")
-    exec(compile(source, f"<cdcflow.open-protocol image {table.collection}>", "exec"), namespace)
-    return namespace["image"]
-
-
-class _NotFast(Exception):
-    """The generated image builder cannot take this row; the checked path will."""
-
-
-def _not_fast():
-    raise _NotFast
-
-
-def _no_fast(row):
-    raise _NotFast
 
 
 # -- the compiled encoder (_open_protocol_encode.c), for OpenProtocolEncoder.encode_records --------
@@ -539,25 +471,20 @@ class OpenProtocolEncoder:
         elif type(ts) is int:
             key = b'{"ts":%d%b' % (ts, enc.key_suffix)
             if kind == INSERT:  # the common case, without the branches below
-                row = ev.row
-                try:
-                    image = enc.new_image(row)
-                except (_NotFast, KeyError, TypeError):
-                    image = _image(enc, row, None, _no_fast)
-                return key, orjson.dumps({"u": image})
+                return key, orjson.dumps({"u": _image(enc, ev.row, None)})
         else:
             key = b'{"ts":' + str(ts).encode() + enc.key_suffix
         if kind == DELETE:
             names = enc.handle if self._delete_handle_only and enc.handle else None
-            value = {"d": _image(enc, ev.row, names, enc.new_image)}
+            value = {"d": _image(enc, ev.row, names)}
         elif kind == INSERT or kind == UPDATE:
-            value = {"u": _image(enc, ev.row, None, enc.new_image)}
+            value = {"u": _image(enc, ev.row, None)}
             if kind == UPDATE and self._old_value and ev.old is not None:
                 names = None
                 if self._only_updated:
                     new = ev.row or {}
                     names = {n for n, v in ev.old.items() if n not in new or new[n] != v}
-                value["p"] = _image(enc, ev.old, names, enc.old_image)
+                value["p"] = _image(enc, ev.old, names)
         else:
             raise UnsupportedEvent(CODEC, ev.table.collection, f"row kind {kind!r} is not insert/update/delete")
         return key, orjson.dumps(value)
@@ -602,15 +529,11 @@ class OpenProtocolEncoder:
         return _VERSION_BYTES + _LEN.pack(len(k)) + k, _LEN.pack(len(v)) + v
 
 
-def _image(enc: _TableEncoding, row: dict | None, names, fast: Callable[[dict], dict]) -> dict:
-    """One row image as ``{column: {"t", "h"?, "f", "v"}}`` in table order (``fast`` for full rows)."""
+def _image(enc: _TableEncoding, row: dict | None, names) -> dict:
+    """One row image as ``{column: {"t", "h"?, "f", "v"}}`` in table order; ``names`` (or None
+    for all) limits it to those columns."""
     if row is None:
         raise UnsupportedEvent(CODEC, enc.table.collection, "row image is missing")
-    if names is None:
-        try:
-            return fast(row)
-        except (_NotFast, KeyError):
-            pass  # the checked loop below raises the precise error (or takes a partial row)
     out = {}
     n = 0
     for name, t, h, f, conv in enc.columns:
