@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ..errors import CdcflowError, ConfigError, PluginNotFoundError
 from ..params import REDACTOR, secret_values
 from ..pipeline.model import PipelineConfig
-from .faults import DESTINATION, DLQ, SOURCE, node_error
+from .faults import DESTINATION, DLQ, PROCESSOR, SOURCE, node_error
 from .state import StateDir
 
 
@@ -40,16 +40,22 @@ class Limits:
     idle_timeout: float = 0.5  # how long a partition may return [] before the task calls it idle
 
 
-#: (pipeline id, role, connector id) → the connector's typed settings (the DLQ's id is "")
+#: (pipeline id, role, node id) → the connector's or processor's typed settings (the DLQ's id is "";
+#: processor ids are unique within a pipeline)
 Settings = Mapping[tuple[str, str, str], Mapping[str, Any]]
 
 
-def connector_settings(pipelines: Mapping[str, PipelineConfig], registry) -> tuple[dict, tuple[str, ...]]:
-    """Every connector's settings validated against its spec (``ConfigError`` otherwise), and the
-    secret values among them, which each worker's log redactor masks."""
+def node_settings(pipelines: Mapping[str, PipelineConfig], registry) -> tuple[dict, tuple[str, ...]]:
+    """Every connector's and processor's settings validated against its spec (``ConfigError``
+    otherwise), and the secret values among them, which each worker's log redactor masks."""
+    from ..pipeline.chain import validate_processor
+
     settings: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     secrets: list[str] = []
     for pipe in pipelines.values():
+        for pc in pipe.all_processors:
+            settings[(pipe.id, PROCESSOR, pc.id)] = validate_processor(pc, registry)
+            secrets.extend(secret_values(registry.transform(pc.plugin).spec_for("transform"), pc.settings))
         sides = [(SOURCE, c.id, c.plugin, "source", c.settings) for c in pipe.sources]
         sides += [(DESTINATION, c.id, c.plugin, "destination", c.settings) for c in pipe.destinations]
         dlq = pipe.dead_letter_queue
@@ -74,7 +80,7 @@ class RunContext:
     def prepare(cls, pipelines: dict[str, PipelineConfig], state: StateDir, registry, *,
                 plugins_dir: str | None = None, limits: Limits | None = None) -> "RunContext":
         """The context of a run, its connectors' settings validated here (on the driver)."""
-        settings, secrets = connector_settings(pipelines, registry)
+        settings, secrets = node_settings(pipelines, registry)
         return cls(pipelines, state, plugins_dir, limits or Limits(), settings, secrets)
 
     @property
@@ -87,6 +93,10 @@ class RunContext:
         except KeyError:
             raise CdcflowError(f"pipeline {pipeline}: {role} {connector!r} has no validated settings "
                                "(the run context was not made with RunContext.prepare)") from None
+
+    def processor_settings(self, pipeline: str) -> dict[str, Mapping[str, Any]]:
+        """Processor id → its settings validated on the driver, for ``pipeline``'s chains."""
+        return {node: s for (pipe, role, node), s in self.settings.items() if pipe == pipeline and role == PROCESSOR}
 
     def install_secrets(self) -> None:
         REDACTOR.add(*self.secrets)

@@ -8,7 +8,7 @@ processor's outage (``InfrastructureError``) fails the whole batch instead.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..pipeline.model import ProcessorConfig
 from ..record import Record
@@ -16,14 +16,16 @@ from .dlq import Nacks
 from .faults import PROCESSOR, in_node
 
 
-def build(pipeline: str, processors: Sequence[ProcessorConfig], registry: Any):
-    """The opened chain of ``processors`` (None when there are none); a failure names them."""
+def build(pipeline: str, processors: Sequence[ProcessorConfig], registry: Any,
+          validated: Mapping[str, Mapping[str, Any]]):
+    """The opened chain of ``processors`` (None when there are none), their settings as the
+    driver validated them (``RunContext.processor_settings``); a failure names them."""
     if not processors:
         return None
     from ..pipeline.chain import build_chain
 
     with in_node(pipeline, PROCESSOR, "/".join(p.id for p in processors)):
-        return build_chain(processors, registry)
+        return build_chain(processors, registry, validated)
 
 
 def run(chain: Any, records: Sequence[Record], nacks: Nacks, pipeline: str) -> tuple[Sequence[Record], int]:

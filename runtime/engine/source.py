@@ -111,7 +111,7 @@ def open_source(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, stat
         with in_node(pipe.id, SOURCE, cfg.id):
             plugin.configure(ctx.settings_of(pipe.id, SOURCE, cfg.id))
             plugin.open(state.position, task.partition)
-        chain = processors.build(pipe.id, cfg.processors, registry)
+        chain = processors.build(pipe.id, cfg.processors, registry, ctx.processor_settings(pipe.id))
     except BaseException:
         quiet_teardown(chain)
         quiet_teardown(plugin)

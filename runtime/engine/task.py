@@ -133,14 +133,14 @@ def _pipeline_parts(ctx: RunContext, pipe: PipelineConfig, registry) -> _Pipelin
         return parts
     built: list[Any] = []
     try:
-        chain = processors.build(pipe.id, pipe.processors, registry)
+        chain = processors.build(pipe.id, pipe.processors, registry, ctx.processor_settings(pipe.id))
         built.append(chain)
         dests = []
         for cfg in pipe.destinations:
             node = DestinationNode.open(pipe.id, cfg, registry.connector(cfg.plugin),
                                         ctx.settings_of(pipe.id, "destination", cfg.id))
             built.append(node.plugin)
-            node.chain = processors.build(pipe.id, cfg.processors, registry)
+            node.chain = processors.build(pipe.id, cfg.processors, registry, ctx.processor_settings(pipe.id))
             built.append(node.chain)
             dests.append(node)
         dlq_cfg = pipe.dead_letter_queue

@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import not_
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import CdcflowError, ConfigError, InfrastructureError
 from ..expr import Condition, ExpressionError
@@ -34,7 +34,7 @@ from .model import ProcessorConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Chain", "ChainResult", "Nack", "ProcessorSetupError", "build_chain"]
+__all__ = ["Chain", "ChainResult", "Nack", "ProcessorSetupError", "build_chain", "validate_processor"]
 
 
 @dataclass(slots=True)
@@ -256,32 +256,49 @@ def _merge(
     return 0
 
 
-def build_chain(processors: Sequence[ProcessorConfig], registry: Any) -> Chain:
-    """Instantiate, validate, configure and open each processor; compile conditions once.
+def validate_processor(pc: ProcessorConfig, registry: Any) -> Mapping[str, Any]:
+    """``pc``'s settings typed and checked against its plugin's spec; ``ProcessorSetupError`` otherwise.
+
+    The engine calls it once per run on the driver (``RunContext.prepare``) and hands the result
+    to every worker's ``build_chain``."""
+    try:
+        info = registry.transform(pc.plugin)
+    except CdcflowError as e:
+        raise ProcessorSetupError(pc, "plugin", _message(e)) from e
+    try:
+        return info.validate("transform", pc.settings, plugin_id=pc.id)
+    except ConfigError as e:
+        raise ProcessorSetupError(pc, e.rule, _message(e), e.parameter) from e
+
+
+def build_chain(processors: Sequence[ProcessorConfig], registry: Any,
+                validated: Mapping[str, Mapping[str, Any]] | None = None) -> Chain:
+    """Instantiate, configure and open each processor; compile conditions once.
 
     ``registry`` is a ``cdcflow.registry.Registry`` (anything with ``transform(ref)``
-    returning a ``PluginInfo``). Raises ``ProcessorSetupError`` (a ConfigError) naming
-    the processor and its file:line; processors already opened are torn down first.
+    returning a ``PluginInfo``). ``validated`` maps processor id → settings already checked
+    by ``validate_processor`` (the engine's run context); a processor not in it is validated
+    here. Raises ``ProcessorSetupError`` (a ConfigError) naming the processor and its
+    file:line; processors already opened are torn down first.
     """
     nodes: list[_Node] = []
     try:
         for pc in processors:
-            nodes.append(_build_node(pc, registry))
+            config = validated.get(pc.id) if validated is not None else None
+            nodes.append(_build_node(pc, registry, config))
     except BaseException:
         Chain(nodes).teardown()
         raise
     return Chain(nodes)
 
 
-def _build_node(pc: ProcessorConfig, registry: Any) -> _Node:
+def _build_node(pc: ProcessorConfig, registry: Any, config: Mapping[str, Any] | None) -> _Node:
+    if config is None:
+        config = validate_processor(pc, registry)
     try:
         info = registry.transform(pc.plugin)
     except CdcflowError as e:
         raise ProcessorSetupError(pc, "plugin", _message(e)) from e
-    try:
-        config = info.validate("transform", pc.settings, plugin_id=pc.id)
-    except ConfigError as e:
-        raise ProcessorSetupError(pc, e.rule, _message(e), e.parameter) from e
     condition = None
     if pc.condition:
         try:

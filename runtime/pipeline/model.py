@@ -89,3 +89,8 @@ class PipelineConfig:
     @property
     def destinations(self) -> list[ConnectorConfig]:
         return [c for c in self.connectors if c.type == "destination"]
+
+    @property
+    def all_processors(self) -> list[ProcessorConfig]:
+        """The pipeline's processors and every connector's, in file order of their parents."""
+        return [*self.processors, *(p for c in self.connectors for p in c.processors)]

@@ -233,3 +233,50 @@ def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(
     assert {lazy for k, _, lazy in seen if k == "read"} == {not processors}
     lines = (tmp_path / "out.jsonl").read_bytes().splitlines()
     assert len(lines) == 500 and (b'"x":"y"' in lines[0]) is processors
+
+
+def test_processor_settings_are_validated_once_on_the_driver(tmp_path, monkeypatch):
+    """``RunContext.prepare`` validates every processor's settings; a task builds its chain from
+    them without validating again (issue 17: settings were validated on the driver and per task)."""
+    from cdcflow.registry import PluginInfo
+
+    text = PIPELINE.format(out=tmp_path / "out.jsonl").replace("    connectors:\n", PROCESSOR + "    connectors:\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    pipe = validate_files([str(path)]).pipelines[0]
+    real_validate = PluginInfo.validate
+    sides: list[str] = []
+
+    def validate(self, side, *args, **kwargs):
+        sides.append(side)
+        return real_validate(self, side, *args, **kwargs)
+
+    monkeypatch.setattr(PluginInfo, "validate", validate)
+    ctx = RunContext.prepare({pipe.id: pipe}, StateDir(tmp_path / "state").create(), load_registry(),
+                             limits=Limits(task_seconds=60))
+    assert sides.count("transform") == 1
+    assert ctx.processor_settings("order")["tag"]["field"] == '.Metadata["x"]'
+    sides.clear()
+    try:
+        stats = run_partition(ctx, PartitionTask("order", "gen", "0"))
+    finally:
+        teardown_all()
+    assert stats.error is None and stats.read == 500
+    assert sides == []
+    assert b'"x":"y"' in (tmp_path / "out.jsonl").read_bytes().splitlines()[0]
+
+
+def test_a_bad_processor_setting_stops_the_run_before_it_starts(tmp_path):
+    from cdcflow.pipeline.chain import ProcessorSetupError
+
+    text = PIPELINE.format(out=tmp_path / "out.jsonl").replace(
+        "    connectors:\n", PROCESSOR.replace('value: "y"', 'value: "y"\n          colour: red') + "    connectors:\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    from cdcflow.pipeline.config import load_files
+
+    pipe = load_files([str(path)]).pipelines[0]
+    with pytest.raises(ProcessorSetupError) as err:
+        RunContext.prepare({pipe.id: pipe}, StateDir(tmp_path / "state").create(), load_registry())
+    assert "processor 'tag' (field.set)" in str(err.value) and "colour" in str(err.value)
+    assert f"{path}:" in str(err.value)
