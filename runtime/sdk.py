@@ -33,11 +33,6 @@ class Plugin:
 class Source(Plugin):
     """Produces records. One instance reads one partition."""
 
-    #: Set by the engine before ``partitions`` when the run ends once every partition is idle
-    #: (``cdcflow run --until-idle``): a source that can tell it has nothing to read because
-    #: its location is wrong (a path that does not exist) raises then instead of idling.
-    until_idle: bool = False
-
     def partitions(self) -> Sequence[str]:
         """Partition ids this source splits into, called after ``configure``.
 

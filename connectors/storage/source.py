@@ -281,6 +281,9 @@ class StorageSource(Source):
     #: the engine's ``LazyBatchSource`` fast path: set before ``open`` when the pipeline has no
     #: processors; ``read`` then returns ``StorageBatch``es
     lazy_batches: bool = False
+    #: the engine's ``IdleAwareSource`` capability: set before ``partitions`` under
+    #: ``--until-idle``, when a missing root is an error rather than something to wait for
+    until_idle: bool = False
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)

@@ -10,6 +10,9 @@ Each capability is a ``typing.Protocol`` here, checked with ``isinstance``:
   may then return a ``RecordBatch``: a sequence of Records made on first use, which a
   destination writing Conduit's JSON form asks for its finished lines first
   (``RecordBatch.jsonform_lines``). Every other consumer sees an ordinary sequence.
+- ``IdleAwareSource``: a source the engine tells, before ``partitions``, that the run ends
+  once every partition is idle (``cdcflow run --until-idle``), so that one which can tell
+  its location is wrong (a path that does not exist) raises instead of idling forever.
 - ``WireDestination``: a destination that writes a standalone server's ``Destination.Run``
   request messages from their protobuf bytes, without building the records first.
 """
@@ -30,6 +33,14 @@ class LazyBatchSource(Protocol):
     processors; a source leaves it ``False`` as a class attribute to declare the capability."""
 
     lazy_batches: bool
+
+
+@runtime_checkable
+class IdleAwareSource(Protocol):
+    """A source that reads ``until_idle`` (set by the engine before ``partitions``); it declares
+    the capability with ``until_idle = False`` as a class attribute."""
+
+    until_idle: bool
 
 
 @runtime_checkable

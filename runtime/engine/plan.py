@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from ..errors import CdcflowError, ConfigError, PluginNotFoundError
 from ..params import REDACTOR, secret_values
 from ..pipeline.model import PipelineConfig
+from .fastpath import IdleAwareSource
 from .faults import DESTINATION, DLQ, PROCESSOR, SOURCE, node_error
 from .state import StateDir
 
@@ -114,7 +115,8 @@ def plan_partitions(ctx: RunContext, registry, until_idle: bool = False) -> list
             settings = ctx.settings_of(pipe.id, SOURCE, src_cfg.id)
             source = info.new_source()
             source.id = src_cfg.id
-            source.until_idle = until_idle
+            if isinstance(source, IdleAwareSource):
+                source.until_idle = until_idle
             try:
                 source.configure(settings)
                 partitions = list(source.partitions())

@@ -154,3 +154,18 @@ def test_caught_up_source_ends_its_slice_without_waiting_the_idle_timeout(spark,
                         limits=Limits(idle_timeout=600.0))
     assert outcome.exit_code == 0, outcome.problems or outcome.failures
     assert outcome.totals.total_written() == len(events)
+
+
+def test_until_idle_run_of_a_missing_lake_stops_before_starting_naming_it(tmp_path):
+    """The engine hands ``--until-idle`` to the storage source (its ``IdleAwareSource`` capability),
+    so a wrong uri stops the run instead of idling and finishing with nothing read."""
+    from cdcflow.engine.runner import run_files
+
+    missing = tmp_path / "no-such-lake"
+    path = pipeline_file(tmp_path / "p.yaml", "missing", ("storage", {"uri": str(missing), "protocol": "csv"}),
+                         ("file", {"path": str(tmp_path / "out.jsonl")}))
+    outcome = run_files([path], until_idle=True, state_dir=str(tmp_path / "state"), progress=False,
+                        out=open(os.devnull, "w"))
+    assert outcome.exit_code == 1
+    assert str(missing) in "\n".join(map(str, [*outcome.problems, *outcome.failures]))
+    assert not (tmp_path / "out.jsonl").exists() or (tmp_path / "out.jsonl").read_bytes() == b""
