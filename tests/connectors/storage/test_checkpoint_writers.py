@@ -13,8 +13,11 @@ import random
 
 import fsspec
 import pytest
-
-from cdcflow.connectors.storage.writer import FileStore, read_checkpoint, write_checkpoint
+from cdcflow.connectors.storage.writer import (
+    FileStore,
+    read_checkpoint,
+    write_checkpoint,
+)
 
 
 def _advance(root: str, ts: int, barrier) -> None:
@@ -66,7 +69,7 @@ def test_parallel_writer_processes_on_s3_never_move_the_checkpoint_backwards(mot
     """Eight processes, 16 random rising values each, all starting on an absent ``metadata`` at once: every
     version written is higher than the one before and the last is the highest value offered
     (old code: read, compare, unconditional PUT: versions went down and a lower value could end)."""
-    from test_parallel_writers import checkpoint_history, versioned_lake
+    from helpers.storage_lake import checkpoint_history, versioned_lake
 
     ctx = mp.get_context("fork")
     rng = random.Random(16)
@@ -95,7 +98,7 @@ def test_parallel_writer_processes_on_s3_never_move_the_checkpoint_backwards(mot
 def test_conditional_write_of_metadata_on_s3(moto_server):
     """The store's own answers the compare-and-swap relies on (moto 5.2.5 honours both headers):
     a stale ETag and a create over an existing object are refused, nothing written."""
-    from test_parallel_writers import versioned_lake
+    from helpers.storage_lake import versioned_lake
 
     uri, creds, _ = versioned_lake(moto_server)
     store = _s3_store(uri, creds)
@@ -114,10 +117,9 @@ def test_a_checkpoint_that_cannot_settle_is_an_infrastructure_error(moto_server,
     after a bounded number of tries, not a loop and not a silent skip. The contention is faked:
     the store's reads are made to return a version that is no longer current (no real writer can
     be made to win every race); the 412s are moto's."""
-    from test_parallel_writers import versioned_lake
-
     from cdcflow.connectors.storage import writer
     from cdcflow.errors import InfrastructureError
+    from helpers.storage_lake import versioned_lake
 
     uri, creds, _ = versioned_lake(moto_server)
     store = _s3_store(uri, creds)
@@ -142,10 +144,14 @@ def test_cdcflow_run_with_six_writers_on_s3_only_raises_the_checkpoint(moto_serv
     ``metadata`` held rose; the last is the highest commit ts written; every row is there."""
     from collections import Counter
 
-    from helpers.storage import read_all
-    from test_engine import pipeline_file
-    from test_parallel_writers import assert_no_overwrite, cdcflow_run, checkpoint_history, finish, versioned_lake
-    from test_roundtrip import FORMATS
+    from helpers.storage import FORMATS, pipeline_file, read_all
+    from helpers.storage_lake import (
+        assert_no_overwrite,
+        cdcflow_run,
+        checkpoint_history,
+        finish,
+        versioned_lake,
+    )
 
     uri, creds, client = versioned_lake(moto_server)
     lake = {"uri": uri, **FORMATS["csv"], "include-commit-ts": "true", **creds}

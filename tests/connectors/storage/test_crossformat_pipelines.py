@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cdcflow.connectors.storage import layout
 
 REPO = Path(__file__).resolve().parents[3]

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import json
 
-from confluent_kafka import Producer
-
-from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS, GeneratorSource
-from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder, CanalJsonEncoder, CanalJsonOptions
+from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS
+from cdcflow.connectors.generator import GeneratorSource
+from cdcflow.connectors.ticdc.canal_json import (
+    CanalJsonDecoder,
+    CanalJsonEncoder,
+    CanalJsonOptions,
+)
 from cdcflow.connectors.ticdc.events import ResolvedEvent, from_record
 from cdcflow.params import validate
 from cdcflow.schemas import default_store
-
-from helpers.storage import read_all
-from test_engine import pipeline_file, run
-from test_roundtrip import FORMATS, _comparable
-
+from confluent_kafka import Producer
 from helpers.kafka import create_topic
+from helpers.storage import FORMATS, comparable, pipeline_file, read_all, run_until_idle
 
 
 def _generator_events(n: int):
@@ -56,14 +56,14 @@ def test_kafka_canal_json_to_storage_advances_checkpoint(spark, kafka_broker, un
     state = tmp_path / "state"
     written = 0
     for _ in range(5):  # --until-idle may end before the consumer's first fetch; a re-run resumes
-        written += run(path, state).totals.total_written()
+        written += run_until_idle(path, state).totals.total_written()
         if written >= len(events):
             break
     # decoded exactly as the kafka source decodes (canal-json keeps what it can carry)
     decoder = CanalJsonDecoder()
-    want = [repr(_comparable(decoder.decode(encoder.encode(ev)))) for ev in events]
+    want = [repr(comparable(decoder.decode(encoder.encode(ev)))) for ev in events]
     store = default_store()
-    got = [repr(_comparable(from_record(r, store))) for _, r in read_all(lake)]
+    got = [repr(comparable(from_record(r, store))) for _, r in read_all(lake)]
     assert got == want
     meta = json.loads((tmp_path / "lake" / "metadata").read_text())
     assert meta == {"checkpoint-ts": watermarks[1]}

@@ -16,14 +16,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS, GeneratorSource
+from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS
+from cdcflow.connectors.generator import GeneratorSource
 from cdcflow.connectors.ticdc.events import from_record
 from cdcflow.params import validate
 from cdcflow.schemas import default_store
-
-from helpers.storage import read_all
-from test_roundtrip import FORMATS, _comparable
+from helpers.storage import FORMATS, comparable, read_all
 
 REPO = Path(__file__).resolve().parents[3]
 GEN = {"format.type": "tidb", "operations": "create,update,delete", "seed": "11", "partitions": "1"}
@@ -74,7 +72,7 @@ def _expected(count: int) -> list[str]:
     g.configure(validate("generator", GEN_PARAMS, {**GEN, "recordCount": str(count)}))
     g.open(None, "0")
     store = default_store()
-    return [repr(_comparable(from_record(r, store))) for r in g.read(count)]
+    return [repr(comparable(from_record(r, store))) for r in g.read(count)]
 
 
 @pytest.mark.slow
@@ -118,7 +116,7 @@ def test_sigkill_of_cdcflow_run_mid_write_resumes_without_loss_or_overwrite(tmp_
     assert not list(lake.rglob(".*.tmp"))
 
     store = default_store()
-    got = [repr(_comparable(from_record(r, store))) for _, r in read_all(lake_settings)]
+    got = [repr(comparable(from_record(r, store))) for _, r in read_all(lake_settings)]
     want = _expected(count)
     assert len(set(want)) == len(want)  # rows are distinguishable, so duplicates are countable
     counts = Counter(got)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS, GeneratorSource
+from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS
+from cdcflow.connectors.generator import GeneratorSource
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, from_record, to_record
+from cdcflow.connectors.ticdc.tidb import Column
 from cdcflow.params import validate
 from cdcflow.schemas import default_store
-from cdcflow.connectors.ticdc.tidb import Column
-
 from helpers.storage import make_destination, read_all
 
 CREATE = ("CREATE TABLE `all_types` (`id` BIGINT PRIMARY KEY, `c_enum` ENUM('red','green','blue'), "

@@ -7,14 +7,19 @@ import json
 import os
 
 import pytest
-
 from cdcflow.connectors.storage import layout, schemafile
 from cdcflow.connectors.storage.source import StorageReadError
-from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, DDLEvent, RowChange, to_record
+from cdcflow.connectors.ticdc.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    DDLEvent,
+    RowChange,
+    to_record,
+)
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from cdcflow.errors import ConfigError
 from cdcflow.schemas import default_store
-from cdcflow.connectors.ticdc.tidb import Column, TableSchema
-
 from helpers.storage import make_destination, read_all
 
 EMPLOYEE = TableSchema("hr", "employee", (

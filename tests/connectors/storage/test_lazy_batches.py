@@ -15,19 +15,14 @@ import decimal
 import os
 
 import pytest
-
 from cdcflow.connectors.storage.source import StorageBatch
-from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange, to_record
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.schemas import default_store
-from cdcflow.connectors.ticdc.tidb import Column, TableSchema
-
-from helpers.storage import make_destination, make_source
-from test_roundtrip import _input_records
-from test_source_kernel import strict
+from helpers.storage import input_records, make_destination, make_source, strict
 
 pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
@@ -120,7 +115,7 @@ def test_a_lazy_batch_restarts_where_the_last_acknowledged_position_says(tmp_pat
 def test_files_the_transcoder_refuses_are_read_as_records(tmp_path):
     """Every TiDB type (TIME, binary, ... which the transcoder hands back) and a DDL midway."""
     settings = {"uri": str(tmp_path / "lake"), "protocol": "csv", "date-separator": "none", "include-commit-ts": "true"}
-    _, records = _input_records(30, 15)
+    _, records = input_records(30, 15)
     d = make_destination(settings)
     d.write(records)
     d.teardown()

@@ -9,76 +9,31 @@ overwrite: every key must have exactly one version.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-import uuid
 from collections import Counter
-from pathlib import Path
 
-import orjson
 import pytest
-from confluent_kafka import Producer
-
-from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS, GeneratorSource
-from cdcflow.connectors.storage.writer import DataDirectory, FileStore
+from cdcflow.connectors.generator import SOURCE_PARAMS as GEN_PARAMS
+from cdcflow.connectors.generator import GeneratorSource
 from cdcflow.connectors.storage.settings import DESTINATION_PARAMS, resolve
-from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder, CanalJsonEncoder, CanalJsonOptions
+from cdcflow.connectors.storage.writer import DataDirectory, FileStore
+from cdcflow.connectors.ticdc.canal_json import (
+    CanalJsonDecoder,
+    CanalJsonEncoder,
+    CanalJsonOptions,
+)
 from cdcflow.connectors.ticdc.events import from_record
 from cdcflow.params import validate
 from cdcflow.schemas import default_store
-
-from helpers.storage import read_all
-from test_engine import pipeline_file
-from test_roundtrip import FORMATS, _comparable
-
+from confluent_kafka import Producer
 from helpers.kafka import create_topic
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def versioned_lake(endpoint: str) -> tuple[str, dict, object]:
-    """(uri, credentials settings, boto3 client) of a fresh versioned bucket."""
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    bucket = "v" + uuid.uuid4().hex[:12]
-    client.create_bucket(Bucket=bucket)
-    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    return f"s3://{bucket}/lake", {"s3.endpoint": endpoint, "s3.access-key": "testing",
-                                   "s3.secret-access-key": "testing", "s3.region": "us-east-1"}, client
-
-
-def versions_per_key(client, uri: str) -> Counter:
-    bucket = uri[len("s3://"):].split("/", 1)[0]
-    counts: Counter = Counter()
-    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
-        for v in page.get("Versions", []):
-            counts[v["Key"]] += 1
-    return counts
-
-
-def checkpoint_history(client, uri: str) -> list[int]:
-    """Every value the root ``metadata`` held, oldest first (versions are listed newest first)."""
-    bucket, prefix = uri[len("s3://"):].split("/", 1)
-    key = f"{prefix}/metadata"
-    versions = []
-    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key):
-        versions += [v for v in page.get("Versions", []) if v["Key"] == key]
-    return [orjson.loads(client.get_object(Bucket=bucket, Key=key, VersionId=v["VersionId"])["Body"].read())
-            ["checkpoint-ts"] for v in reversed(versions)]
-
-
-def assert_no_overwrite(client, uri: str) -> None:
-    """No data or schema object written twice; ``metadata`` (replaced by design) only ever rose."""
-    counts = versions_per_key(client, uri)
-    written_twice = {k: n for k, n in counts.items() if n > 1 and not k.endswith(("/CDC.index", "/metadata"))}
-    assert not written_twice, f"objects written more than once: {sorted(written_twice)[:5]}"
-    assert any(k.endswith(".csv") for k in counts)
-    history = checkpoint_history(client, uri)
-    downs = [(a, b) for a, b in zip(history, history[1:]) if b <= a]
-    assert not downs, f"metadata moved backwards (or was rewritten with its value): {downs[:5]} of {len(history)}"
+from helpers.storage import FORMATS, comparable, pipeline_file, read_all
+from helpers.storage_lake import (
+    assert_no_overwrite,
+    cdcflow_run,
+    finish,
+    versioned_lake,
+)
 
 
 def test_concurrent_writers_of_one_data_directory_never_share_a_file(moto_server):
@@ -112,16 +67,6 @@ def test_concurrent_writers_of_one_data_directory_never_share_a_file(moto_server
 
 
 # ---------------------------------------------------------------- journeys through ``cdcflow run``
-def cdcflow_run(path: str, state: Path, master: str = "local[2]") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", path, "--until-idle", "--master", master,
-                             "--state-dir", str(state)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 600) -> str:
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, (out + err)[-3000:]
-    return out + err
 
 
 def generated(seed: int, count: int) -> list:
@@ -159,8 +104,8 @@ def test_kafka_table_over_three_partitions_to_s3_every_row_once(moto_server, kaf
         if len(read_all(lake)) >= len(events):
             break
     decoder = CanalJsonDecoder()
-    want = Counter(repr(_comparable(decoder.decode(encoder.encode(ev)))) for ev in events)
-    got = Counter(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
+    want = Counter(repr(comparable(decoder.decode(encoder.encode(ev)))) for ev in events)
+    got = Counter(repr(comparable(from_record(r, store))) for _, r in read_all(lake))
     assert len(want) == len(events)  # rows are distinguishable
     assert got == want, f"{sum((want - got).values())} rows lost, {sum((got - want).values())} extra"
     assert_no_overwrite(client, uri)
@@ -184,8 +129,8 @@ def test_two_concurrent_runs_on_one_prefix_keep_every_row(moto_server, tmp_path)
     for proc in procs:
         finish(proc)
     store = default_store()
-    want = Counter(repr(_comparable(from_record(r, store))) for seed in (31, 32) for r in generated(seed, count))
-    got = Counter(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
+    want = Counter(repr(comparable(from_record(r, store))) for seed in (31, 32) for r in generated(seed, count))
+    got = Counter(repr(comparable(from_record(r, store))) for _, r in read_all(lake))
     assert sum(want.values()) == 2 * count
     assert got == want, f"{sum((want - got).values())} rows lost, {sum((got - want).values())} extra"
     assert_no_overwrite(client, uri)

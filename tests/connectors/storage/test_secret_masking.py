@@ -16,12 +16,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from cdcflow.connectors.ticdc.events import to_record
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.schemas import SchemaStore
-
-from test_roundtrip import _input_records
+from helpers.storage import input_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -78,7 +76,7 @@ def test_uri_secrets_never_printed_logged_or_stored(tmp_path, moto_server, kafka
     state = tmp_path / "state"
     state.mkdir()
     store = SchemaStore(str(state / "schemas.sqlite"))
-    events, _ = _input_records(40, 0)
+    events, _ = input_records(40, 0)
     records = [to_record(e, str(i).encode(), store) for i, e in enumerate(events)]
     (tmp_path / "in.jsonl").write_bytes(dumps_lines(records, store))
     lake_uri = (f"s3://{bucket}/lake?protocol=csv&endpoint={moto_server}&region=us-east-1"

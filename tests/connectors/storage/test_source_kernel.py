@@ -12,16 +12,19 @@ import datetime
 import os
 
 import pytest
-
 from cdcflow.connectors.storage.source import StorageReadError
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
-from cdcflow.schemas import default_store
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
-
-from helpers.storage import make_destination, make_source, read_all
-from test_roundtrip import _input_records
+from cdcflow.schemas import default_store
+from helpers.storage import (
+    input_records,
+    make_destination,
+    make_source,
+    read_all,
+    strict,
+)
 
 pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
 
@@ -33,11 +36,6 @@ OPTIONS = [
 ]
 
 
-def strict(batch) -> list:
-    return [(part, type(r.position), r.position, type(r.operation), r.operation, repr(r.metadata), repr(r.key),
-             repr(r.before), repr(r.after)) for part, r in batch]
-
-
 def pure_python(monkeypatch, fn):
     with monkeypatch.context() as m:
         m.setattr(tcsv_decode, "_kernel", None)
@@ -46,7 +44,7 @@ def pure_python(monkeypatch, fn):
 
 def _lake(tmp_path, options: dict, files: int = 3) -> dict:
     settings = {"uri": str(tmp_path / "lake"), "protocol": "csv", "date-separator": "none", **options}
-    _, records = _input_records(40, 20)
+    _, records = input_records(40, 20)
     d = make_destination(settings)
     step = len(records) // files + 1
     for s in range(0, len(records), step):

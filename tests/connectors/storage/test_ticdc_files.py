@@ -18,14 +18,16 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from cdcflow.connectors.storage import schemafile
-from cdcflow.connectors.storage.source import StorageReadError, StorageRootError, _Cursor
+from cdcflow.connectors.storage.source import (
+    StorageReadError,
+    StorageRootError,
+    _Cursor,
+)
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, from_record
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from cdcflow.convert.jsonform import loads_lines
 from cdcflow.schemas import SchemaStore, default_store
-from cdcflow.connectors.ticdc.tidb import Column, TableSchema
-
 from helpers.storage import make_destination, make_source, read_all
 
 DATA = Path(__file__).parent / "data" / "ticdc"

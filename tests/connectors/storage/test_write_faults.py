@@ -23,24 +23,28 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from cdcflow.connectors.storage.writer import StorageUnavailableError
 from cdcflow.connectors.ticdc.events import from_record, to_record
 from cdcflow.convert.jsonform import dumps_lines
 from cdcflow.durable import remove_stale_temps
 from cdcflow.errors import InfrastructureError
 from cdcflow.schemas import SchemaStore, default_store
-
-from helpers.storage import make_destination, read_all
-from test_engine import _s3_lake, run
-from test_roundtrip import FORMATS, _comparable, _generated
+from helpers.storage import (
+    FORMATS,
+    comparable,
+    generator_rows,
+    make_destination,
+    read_all,
+    run_until_idle,
+    s3_lake,
+)
 
 LONG = "d" * 300  # a schema name no file system or object key segment takes (NAME_MAX is 255 bytes)
 
 
 def _rows(n: int, schema: str | None = None) -> list:
     store = default_store()
-    events = [from_record(r, store) for r in _generated(n)]
+    events = [from_record(r, store) for r in generator_rows(n)]
     if schema is not None:
         events = [dataclasses.replace(e, table=dataclasses.replace(e.table, schema=schema, index={}))
                   for e in events]
@@ -83,21 +87,21 @@ def test_schema_name_too_long_goes_to_the_dlq_and_the_batch_is_written(spark, tm
     events = good[:30] + [poison] + good[30:]
     records = [to_record(e, str(i).encode(), store) for i, e in enumerate(events)]
     (tmp_path / "in.jsonl").write_bytes(dumps_lines(records, store))
-    uri, extra = _s3_lake(request) if where == "s3" else (str(tmp_path / "lake"), {})
+    uri, extra = s3_lake(request) if where == "s3" else (str(tmp_path / "lake"), {})
     lake = {"uri": uri, **FORMATS["csv"], **extra}
     path = tmp_path / "p.yaml"
     path.write_text(DLQ_PIPELINE.format(src=tmp_path / "in.jsonl", dlq=tmp_path / "dlq.jsonl",
                                         lake="\n".join(f'          {k}: "{v}"' for k, v in lake.items())))
 
-    outcome = run(str(path), state)
+    outcome = run_until_idle(str(path), state)
     assert outcome.totals.total_written() == len(good)
     dlq = (tmp_path / "dlq.jsonl").read_bytes().splitlines()
     assert len(dlq) == 1
     assert b"UnsafeNameError" in dlq[0] and b"too long" in dlq[0]
     assert orjson.loads(dlq[0])["position"] is not None
-    got = sorted(repr(_comparable(from_record(r, default_store()))) for _, r in read_all(lake))
-    assert got == sorted(repr(_comparable(e)) for e in good)
-    again = run(str(path), state)  # the nacked record was settled: a re-run passes it by
+    got = sorted(repr(comparable(from_record(r, default_store()))) for _, r in read_all(lake))
+    assert got == sorted(repr(comparable(e)) for e in good)
+    again = run_until_idle(str(path), state)  # the nacked record was settled: a re-run passes it by
     assert again.totals.total_written() == 0
 
 
@@ -248,8 +252,8 @@ def test_temp_file_of_a_sigkilled_writer_is_removed_by_the_next_writer(tmp_path)
     again = make_destination(lake)  # the next run's writer
     assert again.write([to_record(e, str(i).encode(), store) for i, e in enumerate(events[10:], 10)]) is None
     assert not [p for p in (tmp_path / "lake").rglob("*.tmp")]
-    got = sorted(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
-    assert got == sorted(repr(_comparable(e)) for e in events)
+    got = sorted(repr(comparable(from_record(r, store))) for _, r in read_all(lake))
+    assert got == sorted(repr(comparable(e)) for e in events)
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
@@ -257,7 +261,7 @@ def test_path_too_long_for_the_store_is_the_error_of_those_rows_only(tmp_path, r
     """Names within the 255-byte limit under a long root: the disk (PATH_MAX) or S3 (1024-byte keys)
     refuses the path; those rows are nacked, the other table's rows of the batch are written."""
     if where == "s3":
-        uri, extra = _s3_lake(request)
+        uri, extra = s3_lake(request)
         uri += "/" + "p" * 700
     else:
         root = tmp_path
@@ -275,8 +279,8 @@ def test_path_too_long_for_the_store_is_the_error_of_those_rows_only(tmp_path, r
     assert errors is not None
     assert [e is None for e in errors] == [True, False] * 10
     assert all("UnsafeNameError" in e and "cannot be stored" in e for e in errors[1::2])
-    got = sorted(repr(_comparable(from_record(r, store))) for _, r in read_all(lake))
-    assert got == sorted(repr(_comparable(e)) for e in short)
+    got = sorted(repr(comparable(from_record(r, store))) for _, r in read_all(lake))
+    assert got == sorted(repr(comparable(e)) for e in short)
 
 
 @pytest.mark.slow
@@ -287,8 +291,7 @@ def test_cdcflow_run_against_a_stalled_endpoint_stops_naming_it(own_moto, tmp_pa
     naming the endpoint, instead of hanging; nothing goes to the DLQ. Once the endpoint answers
     again (SIGCONT), a re-run completes and every row is in the lake: 0 lost."""
     import boto3
-
-    from test_engine import pipeline_file
+    from helpers.storage import pipeline_file
 
     endpoint, moto = own_moto
     client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
