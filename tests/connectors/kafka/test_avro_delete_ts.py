@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from test_pipeline_kafka import OPTIONS, kafka_to_file, lines, run
+from helpers.kafka_pipeline import OPTIONS, kafka_to_file, lines, run_to_end
 
 from cdcflow.connectors.ticdc.avro import AvroEncoder
 from cdcflow.schemaregistry.client import RegistryClient
@@ -97,6 +97,6 @@ def test_cdcflow_run_keeps_every_row_after_an_estimated_delete(kafka_broker, sch
     create_topic(kafka_broker, topic, 1)
     _produce(kafka_broker, schema_registry, topic)
     out = tmp_path / "out.jsonl"
-    run(kafka_to_file(tmp_path, kafka_broker, schema_registry, topic, unique_name, out, "estimated"), tmp_path / "state")
+    run_to_end(kafka_to_file(tmp_path, kafka_broker, schema_registry, topic, unique_name, out, "estimated"), tmp_path / "state")
     got = [(r["operation"], r["key"]["id"], int(r["metadata"]["ticdc.commit-ts"])) for r in lines(out)]
     assert got == [("delete", 1, tso(LATE_MS)), ("create", 1, tso(2000))]

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections import Counter
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from cdcflow.errors import CdcflowError
 from helpers.kafka import (
     ORDERS, ResolvedEvent, create_topic, make_destination, make_source, raw_messages, read_all, record, row, tso,
 )
+from helpers.kafka_pipeline import saved_offsets
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -478,16 +478,6 @@ engine:
         settings:
           path: {out}
 """
-
-
-def saved_offsets(state: Path, pipeline_id: str) -> dict[int, int]:
-    """Kafka partition -> next offset the saved position of source ``in`` continues at (row mode)."""
-    out = {}
-    for f in (state / "positions" / pipeline_id / "in").glob("*.json"):
-        pos = json.loads(f.read_text())["position"]
-        if pos is not None:  # file name: the engine partition "topic:N", URL-quoted
-            out[int(urllib.parse.unquote(f.stem).rsplit(":", 1)[1])] = json.loads(base64.b64decode(pos))[1]
-    return out
 
 
 @pytest.mark.slow  # ~25 s: a Spark run reading until the broker is killed under it

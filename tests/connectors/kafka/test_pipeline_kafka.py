@@ -9,152 +9,20 @@ with the 409 going to the DLQ.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cdcflow.connectors.ticdc.avro import AvroDecoder, AvroEncoder, AvroOptions
+from cdcflow.connectors.ticdc.avro import AvroDecoder
 from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.schemaregistry.client import RegistryClient
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.kafka import ORDERS, create_topic, raw_messages, row, tso
-
-REPO = Path(__file__).resolve().parents[3]
-OPTIONS = AvroOptions(enable_tidb_extension=True)
+from helpers.kafka_pipeline import OPTIONS, committed, end_offsets, ids, kafka_to_file, kill_when, lines, orders, pipeline_file, produce, run_to_end, source_yaml, start_run
 
 
 # -- helpers -------------------------------------------------------------------------------
-def produce(servers: str, registry: str, topic: str, events: list[tuple[int, RowChange]]) -> None:
-    """(partition, row) pairs as TiCDC Avro messages, in order, idempotent producer."""
-    enc = AvroEncoder(OPTIONS, RegistryClient(registry))
-    p = Producer({"bootstrap.servers": servers, "enable.idempotence": True, "linger.ms": 20})
-    for part, ev in events:
-        key, value = enc.encode_one(ev, topic)
-        p.produce(topic, key=key, value=value, partition=part)
-        p.poll(0)
-    assert p.flush(30) == 0
-
-
-def orders(ids, ts_base: int = 1000) -> list[RowChange]:
-    return [row(ORDERS, i, tso(ts_base + i)) for i in ids]
-
-
-def pipeline_file(tmp: Path, text: str) -> Path:
-    path = tmp / "pipeline.yaml"
-    path.write_text(text)
-    return path
-
-
-def source_yaml(servers: str, registry: str, topic: str, group: str) -> str:
-    return f"""      - id: in
-        type: source
-        plugin: builtin:kafka
-        settings:
-          uri: kafka://{servers}/{topic}?protocol=avro&enable-tidb-extension=true
-          schema-registry: {registry}
-          group.id: {group}
-"""
-
-
-def kafka_to_file(tmp: Path, servers: str, registry: str, topic: str, group: str, out: Path, pid: str,
-                  batch: int | None = None) -> Path:
-    """A pipeline file: ``topic`` (Avro, extension on) into the JSON-lines file ``out``."""
-    engine = f"engine:\n  batch-size: {batch}\n" if batch else ""
-    return pipeline_file(tmp, f"""version: "2.2"
-{engine}pipelines:
-  - id: {pid}
-    status: running
-    connectors:
-{source_yaml(servers, registry, topic, group)}      - id: out
-        type: destination
-        plugin: builtin:file
-        settings:
-          path: {out}
-""")
-
-
-def start_run(cfg: Path, state: Path) -> subprocess.Popen:
-    """`cdcflow run --until-idle` in its own session (so the whole tree can be killed at once)."""
-    return subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(cfg), "--until-idle",
-                             "--master", "local[2]", "--state-dir", str(state)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            start_new_session=True)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 180) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-4000:]
-    return out
-
-
-def run(cfg: Path, state: Path) -> str:
-    return finish(start_run(cfg, state))
-
-
-def lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_bytes().splitlines()]
-
-
-def ids(path: Path) -> list[int]:
-    return [rec["key"]["id"] for rec in lines(path)]
-
-
-def kill_when(proc: subprocess.Popen, out: Path, at_least: int, timeout: float = 120) -> int:
-    """SIGKILL the run's process group once ``out`` has ``at_least`` lines; returns the count then."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n = sum(1 for _ in open(out, "rb")) if out.exists() else 0
-        if n >= at_least:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-            _wait_group_gone(proc.pid)
-            return n
-        if proc.poll() is not None:
-            pytest.fail(f"run ended before it could be killed at {at_least} lines (had {n}): "
-                        f"{proc.stdout.read()[-3000:]}")
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail(f"no {at_least} lines within {timeout}s")
-
-
-def _wait_group_gone(pgid: int, timeout: float = 15) -> None:
-    """Until every process of the killed run (Spark's Python workers too) is gone: one still
-    dying could write a state file after the test went on to delete the state."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-
-
-def committed(servers: str, group: str, topic: str, partitions: int) -> list[int]:
-    c = Consumer({"bootstrap.servers": servers, "group.id": group})
-    try:
-        return [tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)]
-    finally:
-        c.close()
-
-
-def end_offsets(servers: str, topic: str, partitions: int) -> list[int]:
-    """Offset after each partition's last message, counted by reading (Tansu 0.6 reports the
-    high watermark as the last record *batch*'s base offset + 1, so it cannot be asked)."""
-    last = [-1] * partitions
-    for m in raw_messages(servers, topic, idle=0.5):
-        last[m.partition()] = max(last[m.partition()], m.offset())
-    return [x + 1 for x in last]
 
 
 # -- SIGKILL -------------------------------------------------------------------------------
@@ -174,7 +42,7 @@ def test_sigkill_at_several_points_loses_nothing(kafka_broker, schema_registry, 
     kill_when(start_run(cfg, state), out, 18_000)
     crashes += 1
     shutil.rmtree(state / "positions")
-    run(cfg, state)
+    run_to_end(cfg, state)
 
     got = Counter(ids(out))
     assert set(got) == set(range(n)), f"lost {sorted(set(range(n)) - set(got))[:10]}"
@@ -184,7 +52,7 @@ def test_sigkill_at_several_points_loses_nothing(kafka_broker, schema_registry, 
     assert committed(kafka_broker, unique_name, topic, parts) == end_offsets(kafka_broker, topic, parts)
     # a further run finds nothing new: no output, no change
     before = out.stat().st_size
-    run(cfg, state)
+    run_to_end(cfg, state)
     assert out.stat().st_size == before
 
 
@@ -200,7 +68,7 @@ def test_replayed_segment_adds_no_duplicates_end_to_end(kafka_broker, schema_reg
     produce(kafka_broker, schema_registry, topic, segment[120:])  # replay while nothing was read yet
     out, state = tmp_path / "out.jsonl", tmp_path / "state"
     cfg = kafka_to_file(tmp_path, kafka_broker, schema_registry, topic, unique_name, out, "replay", 64)
-    run(cfg, state)
+    run_to_end(cfg, state)
     assert sorted(ids(out)) == list(range(200))
     assert len(raw_messages(kafka_broker, topic, idle=0.5)) == 280  # the replay really is in the topic
 
@@ -208,7 +76,7 @@ def test_replayed_segment_adds_no_duplicates_end_to_end(kafka_broker, schema_reg
     produce(kafka_broker, schema_registry, topic, segment[40:200])
     produce(kafka_broker, schema_registry, topic,
             [(i % parts, ev) for i, ev in zip(range(200, 260), orders(range(200, 260)))])
-    run(cfg, state)
+    run_to_end(cfg, state)
     assert sorted(ids(out)) == list(range(260))
     assert committed(kafka_broker, unique_name, topic, parts) == end_offsets(kafka_broker, topic, parts)
 
@@ -253,7 +121,7 @@ pipelines:
         path: {dlq}
       window-size: 0
 """)
-    out = run(cfg, state)
+    out = run_to_end(cfg, state)
     assert "records nacked               3" in out, out[-3000:]
 
     subject = f"{out_topic}-value"
@@ -276,6 +144,6 @@ pipelines:
     assert committed(kafka_broker, unique_name, src_topic, parts) == end_offsets(kafka_broker, src_topic, parts)
 
     # a re-run neither re-sends nor re-dead-letters anything
-    run(cfg, state)
+    run_to_end(cfg, state)
     assert len(raw_messages(kafka_broker, out_topic, idle=0.5)) == 13
     assert len(lines(dlq)) == 3

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_broker_faults import saved_offsets
-from test_pipeline_kafka import OPTIONS, REPO, lines, orders, pipeline_file, produce, start_run
+from helpers.kafka_pipeline import saved_offsets
+from helpers.kafka_pipeline import OPTIONS, REPO, lines, orders, pipeline_file, produce, start_run
 
 from cdcflow.connectors.ticdc.avro import AvroDecoder
 from cdcflow.connectors.ticdc.events import RowChange

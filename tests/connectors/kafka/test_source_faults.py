@@ -7,7 +7,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from test_pipeline_kafka import OPTIONS, orders, produce
+from helpers.kafka_pipeline import OPTIONS, orders, produce
 
 from cdcflow.connectors.kafka.source import KafkaPartitionUnavailableError, KafkaSourceError
 from cdcflow.connectors.ticdc.avro import AvroEncoder

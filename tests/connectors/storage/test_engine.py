@@ -61,7 +61,7 @@ def test_engine_round_trip_generator_storage_storage_file(spark, tmp_path, reque
     assert isinstance(back[300], DDLEvent)
     assert [c.name for c in back[301].table.columns][-1] == "c_added"
 
-    # a second run_until_idle of the reading pipeline resumes from its saved positions: nothing new
+    # a second run of the reading pipeline resumes from its saved positions: nothing new
     again = run_until_idle(two, state)
     assert again.totals.total_read() == 0
 
@@ -72,7 +72,7 @@ def test_caught_up_source_ends_its_slice_without_waiting_the_idle_timeout(spark,
 
     The storage source says ``lag() == 0`` right after a scan finds nothing after its
     position, and the engine takes that as idle. With a 600 s idle timeout, a task that
-    waited it out would run_until_idle into this test's timeout.
+    waited it out would run into this test's timeout.
     """
     from cdcflow.engine.plan import Limits
     from cdcflow.engine.runner import run_files
@@ -107,7 +107,7 @@ def test_caught_up_source_ends_its_slice_without_waiting_the_idle_timeout(spark,
 
 def test_until_idle_run_of_a_missing_lake_stops_before_starting_naming_it(tmp_path):
     """The engine hands ``--until-idle`` to the storage source (its ``IdleAwareSource`` capability),
-    so a wrong uri stops the run_until_idle instead of idling and finishing with nothing read."""
+    so a wrong uri stops the run instead of idling and finishing with nothing read."""
     from cdcflow.engine.runner import run_files
 
     missing = tmp_path / "no-such-lake"
