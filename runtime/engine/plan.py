@@ -42,7 +42,7 @@ class Limits:
 
 
 #: (pipeline id, role, node id) → the connector's or processor's typed settings (the DLQ's id is "";
-#: processor ids are unique within a pipeline)
+#: a processor's is its ``node_id``, unique within the pipeline)
 Settings = Mapping[tuple[str, str, str], Mapping[str, Any]]
 
 
@@ -55,7 +55,7 @@ def node_settings(pipelines: Mapping[str, PipelineConfig], registry) -> tuple[di
     secrets: list[str] = []
     for pipe in pipelines.values():
         for pc in pipe.all_processors:
-            settings[(pipe.id, PROCESSOR, pc.id)] = validate_processor(pc, registry)
+            settings[(pipe.id, PROCESSOR, pc.node_id)] = validate_processor(pc, registry)
             secrets.extend(secret_values(registry.transform(pc.plugin).spec_for("transform"), pc.settings))
         sides = [(SOURCE, c.id, c.plugin, "source", c.settings) for c in pipe.sources]
         sides += [(DESTINATION, c.id, c.plugin, "destination", c.settings) for c in pipe.destinations]
@@ -96,7 +96,7 @@ class RunContext:
                                "(the run context was not made with RunContext.prepare)") from None
 
     def processor_settings(self, pipeline: str) -> dict[str, Mapping[str, Any]]:
-        """Processor id → its settings validated on the driver, for ``pipeline``'s chains."""
+        """``ProcessorConfig.node_id`` → its settings validated on the driver, for ``pipeline``'s chains."""
         return {node: s for (pipe, role, node), s in self.settings.items() if pipe == pipeline and role == PROCESSOR}
 
     def install_secrets(self) -> None:

@@ -47,6 +47,8 @@ def _validation_problems(paths: list[str], env: Mapping[str, str] | None, regist
     from ..pipeline.validate import validate_files
 
     result = validate_files(paths, env=env, registry=registry)
+    for warning in result.warnings:  # as Conduit logs its parser's warnings and runs on
+        log.warning("%s", warning)
     return result.pipelines, [str(p) for p in result.problems]
 
 

@@ -276,7 +276,7 @@ def build_chain(processors: Sequence[ProcessorConfig], registry: Any,
     """Instantiate, configure and open each processor; compile conditions once.
 
     ``registry`` is a ``cdcflow.registry.Registry`` (anything with ``transform(ref)``
-    returning a ``PluginInfo``). ``validated`` maps processor id → settings already checked
+    returning a ``PluginInfo``). ``validated`` maps ``ProcessorConfig.node_id`` → settings already checked
     by ``validate_processor`` (the engine's run context); a processor not in it is validated
     here. Raises ``ProcessorSetupError`` (a ConfigError) naming the processor and its
     file:line; processors already opened are torn down first.
@@ -284,7 +284,7 @@ def build_chain(processors: Sequence[ProcessorConfig], registry: Any,
     nodes: list[_Node] = []
     try:
         for pc in processors:
-            config = validated.get(pc.id) if validated is not None else None
+            config = validated.get(pc.node_id) if validated is not None else None
             nodes.append(_build_node(pc, registry, config))
     except BaseException:
         Chain(nodes).teardown()

@@ -35,6 +35,8 @@ def run_validate(args: argparse.Namespace) -> int:
         json.dump(result.as_dict(), sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
+        for warning in result.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         for problem in result.problems:
             print(problem, file=sys.stderr)
         if result.valid:

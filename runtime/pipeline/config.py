@@ -1,10 +1,16 @@
-"""Load Conduit ``version: 2.x`` pipeline files into ``model.PipelineConfig``.
+"""Load Conduit pipeline files (``version: 2.x``, and 1.x) into ``model.PipelineConfig``.
 
 The YAML is read as PyYAML *nodes* (not plain Python values) so every problem can
 name the file and line it comes from. Loading never stops at the first problem:
 ``load_files`` returns every pipeline it could build together with every problem it
 found, so ``cdcflow validate`` lists them all and ``cdcflow run`` refuses to start
 when the list is not empty.
+
+Where Conduit's parser only warns, so does this one (``LoadResult.warnings``): an unknown
+key is ignored, a missing version or an unknown 2.x version is read as 2.2 (an unknown 1.x
+as 1.1), an unset ``${VAR}`` becomes "" (as Go's ``os.ExpandEnv`` makes it). Version 1.x
+files (pipelines, connectors and processors as mappings keyed by id) are read too. The
+cdcflow-only ``engine:`` section stays strict: an unknown key there is a problem.
 
 Settings values stay the text written in the file (Conduit passes
 ``map<string,string>``): ``recordCount: 10`` becomes ``"10"``, ``enabled: true``
@@ -33,8 +39,10 @@ from .model import (
     ProcessorConfig,
 )
 
-#: versions of the pipeline file format this parser reads (Conduit's 2.x line)
+#: versions of the pipeline file format this parser knows (Conduit's 2.x line; 1.x is read too)
 SUPPORTED_VERSIONS = ("2", "2.0", "2.1", "2.2")
+V1_VERSIONS = ("1.0", "1.1")
+LATEST_VERSION, LATEST_V1 = "2.2", "1.1"
 
 #: set by the loader for every file: the absolute directory of the file being read,
 #: so paths can be written relative to it (``${CDCFLOW_FILE_DIR}/out.jsonl``)
@@ -71,6 +79,8 @@ class LoadResult:
 
     pipelines: list[PipelineConfig] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    #: what Conduit's parser would warn about: reported, never a reason to refuse
+    warnings: list[Problem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -87,7 +97,7 @@ def load_files(paths: list[str], env: Mapping[str, str] | None = None) -> LoadRe
     result = LoadResult()
     seen_pipelines: dict[str, Origin] = {}
     for path in paths:
-        for pipeline in _FileParser(str(path), environ, result.problems).parse():
+        for pipeline in _FileParser(str(path), environ, result.problems, result.warnings).parse():
             first = seen_pipelines.get(pipeline.id)
             if first is not None:
                 result.problems.append(
@@ -98,6 +108,7 @@ def load_files(paths: list[str], env: Mapping[str, str] | None = None) -> LoadRe
             result.pipelines.append(pipeline)
     file_order = {str(p): i for i, p in reversed(list(enumerate(paths)))}
     result.problems.sort(key=lambda pr: (file_order.get(pr.file, len(file_order)), pr.line))
+    result.warnings.sort(key=lambda pr: (file_order.get(pr.file, len(file_order)), pr.line))
     return result
 
 
@@ -110,9 +121,11 @@ def _problem(origin: Origin | None, message: str) -> Problem:
 class _FileParser:
     """Turns one file's YAML nodes into PipelineConfig objects, collecting problems."""
 
-    def __init__(self, path: str, env: Mapping[str, str], problems: list[Problem]):
+    def __init__(self, path: str, env: Mapping[str, str], problems: list[Problem], warnings: list[Problem]):
         self.path = path
         self.problems = problems
+        self.warnings = warnings
+        self.v1 = False  # the document being read is a version 1.x one
         self.file_dir = str(Path(path).resolve().parent)
         self.env: dict[str, str] = {FILE_DIR_VARIABLE: self.file_dir}
         self.env.update(env)
@@ -161,8 +174,13 @@ class _FileParser:
     def problem(self, node: Node, message: str) -> None:
         self.problems.append(Problem(self.path, node.start_mark.line + 1, message))
 
-    def mapping(self, node: Node, what: str, known: tuple[str, ...]) -> dict[str, tuple[Node, Node]] | None:
-        """Key → (key node, value node); reports non-mappings, duplicate and unknown keys."""
+    def warn(self, node: Node, message: str) -> None:
+        self.warnings.append(Problem(self.path, node.start_mark.line + 1, message))
+
+    def mapping(self, node: Node, what: str, known: tuple[str, ...],
+                strict: bool = False) -> dict[str, tuple[Node, Node]] | None:
+        """Key → (key node, value node); reports non-mappings and duplicate keys. An unknown key
+        is ignored with a warning, as Conduit does, or is a problem when ``strict``."""
         if _is_null(node):
             return {}
         if not isinstance(node, MappingNode):
@@ -178,7 +196,8 @@ class _FileParser:
                 self.problem(knode, f"{what}: duplicate key {key!r} (first at line {out[key][0].start_mark.line + 1})")
                 continue
             if known and key not in known:
-                self.problem(knode, f"{what}: unknown key {key!r} (known: {', '.join(known)})")
+                (self.problem if strict else self.warn)(
+                    knode, f"{what}: unknown key {key!r}{'' if strict else ' ignored'} (known: {', '.join(known)})")
                 continue
             out[key] = (knode, vnode)
         return out
@@ -257,8 +276,9 @@ class _FileParser:
             value = self.env.get(name)
             if default is not None:
                 return value if value else default
-            if value is None:
-                self.problem(node, f"environment variable {name!r} is not set (use ${{{name}:-default}} for a default)")
+            if value is None:  # Conduit's os.ExpandEnv makes it "" without a word; say it at least
+                self.warn(node, f"environment variable {name!r} is not set: replaced by \"\" "
+                                f"(use ${{{name}:-default}} for a default)")
                 return ""
             return value
 
@@ -270,17 +290,10 @@ class _FileParser:
         fields = self.mapping(doc, "configuration", ("version", "pipelines", "engine"))
         if fields is None:
             return []
-        version_entry = fields.get("version")
-        if version_entry is None:
-            self.problem(doc, f"'version' is required (this cdcflow reads {', '.join(SUPPORTED_VERSIONS)})")
-            return []
-        version = self.text(version_entry[1], "version")
+        version = self._version(doc, fields.get("version"))
         if version is None:
             return []
-        if version not in SUPPORTED_VERSIONS:
-            hint = " (version 1.x is deprecated in Conduit; convert the file to 2.2)" if version.startswith("1") else ""
-            self.problem(version_entry[1], f"unsupported version {version!r}; supported: {', '.join(SUPPORTED_VERSIONS)}{hint}")
-            return []
+        self.v1 = version.startswith("1")
         file_engine = EngineConfig()
         if "engine" in fields:
             file_engine = self._engine(fields["engine"][1], EngineConfig(), "engine")
@@ -289,13 +302,48 @@ class _FileParser:
             self.problem(doc, "'pipelines' is required")
             return []
         out = []
-        for pnode in self.sequence(pipelines_entry[1], "pipelines"):
-            p = self._pipeline(pnode, file_engine)
+        for pid, pnode in self.entries(pipelines_entry[1], "pipelines"):
+            p = self._pipeline(pnode, file_engine, pid)
             if p is not None:
                 out.append(p)
         return out
 
-    def _pipeline(self, node: Node, file_engine: EngineConfig) -> PipelineConfig | None:
+    def _version(self, doc: Node, entry: tuple[Node, Node] | None) -> str | None:
+        """The version the document is read as, as Conduit picks it: none given or an unknown
+        2.x reads as 2.2 and an unknown 1.x as 1.1, with a warning; another major is a problem."""
+        if entry is None:
+            self.warn(doc, f"no 'version' given: read as version {LATEST_VERSION}")
+            return LATEST_VERSION
+        version = self.text(entry[1], "version")
+        if version is None:
+            return None
+        if version in SUPPORTED_VERSIONS or version in V1_VERSIONS:
+            if version == "1.0":
+                self.warn(entry[1], "version 1.x is deprecated: its processors are mappings with no order of their own "
+                                    "(cdcflow runs them in file order); convert the file to version 2.2")
+            return version
+        major = version.split(".")[0]
+        if major in ("2", "1"):
+            read_as = LATEST_VERSION if major == "2" else LATEST_V1
+            self.warn(entry[1], f"unknown version {version!r}: read as version {read_as}")
+            return read_as
+        self.problem(entry[1], f"unsupported version {version!r}; this cdcflow reads "
+                               f"{', '.join(SUPPORTED_VERSIONS + V1_VERSIONS)} (and any 1.x or 2.x)")
+        return None
+
+    def entries(self, node: Node, what: str) -> list[tuple[str | None, Node]]:
+        """The items of a list (version 2: each carries its ``id``), or of a mapping keyed by id
+        (version 1); ``(id or None, node)`` each."""
+        if self.v1 and isinstance(node, MappingNode):
+            out = []
+            for knode, vnode in node.value:
+                key = self.text(knode, f"{what} id")
+                if key:
+                    out.append((key, vnode))
+            return out
+        return [(None, n) for n in self.sequence(node, what)]
+
+    def _pipeline(self, node: Node, file_engine: EngineConfig, pid: str | None = None) -> PipelineConfig | None:
         fields = self.mapping(
             node,
             "pipeline",
@@ -303,7 +351,7 @@ class _FileParser:
         )
         if fields is None:
             return None
-        pid = self.required_text(fields, "id", node, "pipeline")
+        pid = pid or self.required_text(fields, "id", node, "pipeline")
         if pid is None:
             return None
         what = f"pipeline {pid!r}"
@@ -319,11 +367,10 @@ class _FileParser:
                 value = self.text(fields[key][1], f"{what}.{key}")
                 if value is not None:
                     setattr(p, attr, value)
-        processor_ids: dict[str, Origin] = {}
         connector_ids: dict[str, Origin] = {}
         if "connectors" in fields:
-            for cnode in self.sequence(fields["connectors"][1], f"{what}.connectors"):
-                c = self._connector(cnode, what, processor_ids)
+            for cid, cnode in self.entries(fields["connectors"][1], f"{what}.connectors"):
+                c = self._connector(cnode, what, cid)
                 if c is None:
                     continue
                 if c.id in connector_ids:
@@ -332,7 +379,7 @@ class _FileParser:
                 connector_ids[c.id] = c.origin  # type: ignore[assignment]
                 p.connectors.append(c)
         if "processors" in fields:
-            p.processors = self._processors(fields["processors"][1], what, processor_ids)
+            p.processors = self._processors(fields["processors"][1], what, "")
         if "dead-letter-queue" in fields:
             p.dead_letter_queue = self._dlq(fields["dead-letter-queue"][1], what)
         p.engine = _copy_engine(file_engine)
@@ -340,11 +387,11 @@ class _FileParser:
             p.engine = self._engine(fields["engine"][1], p.engine, f"{what}.engine")
         return p
 
-    def _connector(self, node: Node, owner: str, processor_ids: dict[str, Origin]) -> ConnectorConfig | None:
+    def _connector(self, node: Node, owner: str, cid: str | None = None) -> ConnectorConfig | None:
         fields = self.mapping(node, f"{owner}: connector", ("id", "type", "plugin", "name", "settings", "processors"))
         if fields is None:
             return None
-        cid = self.required_text(fields, "id", node, f"{owner}: connector")
+        cid = cid or self.required_text(fields, "id", node, f"{owner}: connector")
         if cid is None:
             return None
         what = f"{owner}: connector {cid!r}"
@@ -361,15 +408,19 @@ class _FileParser:
         if "settings" in fields:
             c.settings = self.string_map(fields["settings"][1], f"{what}: settings", c.setting_origins)
         if "processors" in fields:
-            c.processors = self._processors(fields["processors"][1], what, processor_ids)
+            c.processors = self._processors(fields["processors"][1], what, cid)
         return c
 
-    def _processors(self, node: Node, owner: str, seen: dict[str, Origin]) -> list[ProcessorConfig]:
+    def _processors(self, node: Node, owner: str, parent: str) -> list[ProcessorConfig]:
+        """One parent's processors (the pipeline's, ``parent`` "", or a connector's): ids are
+        unique within the parent, as Conduit scopes them (``<parent>:<id>``)."""
         out = []
-        for pnode in self.sequence(node, f"{owner}: processors"):
-            proc = self._processor(pnode, owner)
+        seen: dict[str, Origin] = {}
+        for pid, pnode in self.entries(node, f"{owner}: processors"):
+            proc = self._processor(pnode, owner, pid)
             if proc is None:
                 continue
+            proc.parent = parent
             if proc.id in seen:
                 self.problem(pnode, f"{owner}: duplicate processor id {proc.id!r} (first defined at {seen[proc.id]})")
                 continue
@@ -377,12 +428,12 @@ class _FileParser:
             out.append(proc)
         return out
 
-    def _processor(self, node: Node, owner: str) -> ProcessorConfig | None:
+    def _processor(self, node: Node, owner: str, pid: str | None = None) -> ProcessorConfig | None:
         # ``type`` is the name Conduit used before 2.2 for what is now ``plugin``
         fields = self.mapping(node, f"{owner}: processor", ("id", "plugin", "type", "condition", "settings", "workers"))
         if fields is None:
             return None
-        pid = self.required_text(fields, "id", node, f"{owner}: processor")
+        pid = pid or self.required_text(fields, "id", node, f"{owner}: processor")
         if pid is None:
             return None
         what = f"{owner}: processor {pid!r}"
@@ -429,7 +480,7 @@ class _FileParser:
 
     def _engine(self, node: Node, base: EngineConfig, what: str) -> EngineConfig:
         """cdcflow's own settings; a pipeline-level ``engine:`` overrides the file-level one key by key."""
-        fields = self.mapping(node, what, tuple(_ENGINE_KEYS))
+        fields = self.mapping(node, what, tuple(_ENGINE_KEYS), strict=True)
         engine = _copy_engine(base)
         if not fields:
             return engine

@@ -27,6 +27,12 @@ class ProcessorConfig:
     workers: int = 1
     origin: Origin | None = None
     setting_origins: dict[str, Origin] = field(default_factory=dict)  # setting key -> its line
+    parent: str = ""  # the connector whose processor this is; "" for the pipeline's own
+
+    @property
+    def node_id(self) -> str:
+        """Unique within the pipeline: ids are unique per parent, as Conduit scopes them."""
+        return f"{self.parent}:{self.id}" if self.parent else self.id
 
 
 @dataclass

@@ -5,7 +5,8 @@ Everything that can be known without running anything: the file problems of
 is used for, settings are valid against each plugin's parameter spec (all rule
 violations, not just the first), conditions compile, built-in transforms accept
 their settings (their ``configure`` compiles templates and field references),
-each pipeline has at least one source and one destination, and built-in
+each running pipeline has at least one source and one destination (a stopped one
+may have none, as in Conduit), and built-in
 connectors accept their settings (their ``configure`` runs the checks ``cdcflow
 run`` would otherwise make only when starting: URI query parameters, settings
 required together, combinations). Standalone plugins are not started: their
@@ -33,13 +34,15 @@ from .model import ConnectorConfig, Origin, PipelineConfig, ProcessorConfig
 class ValidationResult:
     pipelines: list[PipelineConfig] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # reported; never make the files invalid
 
     @property
     def valid(self) -> bool:
         return not self.problems
 
     def as_dict(self) -> dict[str, Any]:
-        return {"valid": self.valid, "problems": [p.as_dict() for p in self.problems]}
+        return {"valid": self.valid, "problems": [p.as_dict() for p in self.problems],
+                "warnings": [w.as_dict() for w in self.warnings]}
 
 
 def validate_files(
@@ -65,9 +68,12 @@ def validate_loaded(loaded: LoadResult, registry: Any, paths: Sequence[str] = ()
         problems.extend(_PipelineChecker(pipeline, registry).check())
     order = {str(p): i for i, p in reversed(list(enumerate(paths)))}
     # the same fact found twice is listed once; a message quoting a setting never shows its secrets
-    unique = list(dict.fromkeys(Problem(pr.file, pr.line, REDACTOR.redact(pr.message)) for pr in problems))
-    unique.sort(key=lambda pr: (order.get(pr.file, len(order)), pr.file, pr.line))
-    return ValidationResult(loaded.pipelines, unique)
+    def listed(found: list[Problem]) -> list[Problem]:
+        unique = list(dict.fromkeys(Problem(pr.file, pr.line, REDACTOR.redact(pr.message)) for pr in found))
+        unique.sort(key=lambda pr: (order.get(pr.file, len(order)), pr.file, pr.line))
+        return unique
+
+    return ValidationResult(loaded.pipelines, listed(problems), listed(loaded.warnings))
 
 
 class _PipelineChecker:
@@ -87,9 +93,9 @@ class _PipelineChecker:
     def check(self) -> list[Problem]:
         p = self.pipeline
         what = f"pipeline {p.id!r}"
-        if not p.sources:
+        if p.status != "stopped" and not p.sources:
             self.add(p.origin, f"{what} has no source connector (at least one is required)")
-        if not p.destinations:
+        if p.status != "stopped" and not p.destinations:
             self.add(p.origin, f"{what} has no destination connector (at least one is required)")
         for c in p.connectors:
             self.connector(c, what)

@@ -163,7 +163,9 @@ def test_interpolation(tmp_path):
     assert FILE_DIR_VARIABLE == "CDCFLOW_FILE_DIR"
 
 
-def test_unset_variable_is_a_problem_with_its_line(tmp_path):
+def test_unset_variable_becomes_empty_with_a_warning_at_its_line(tmp_path):
+    """Conduit expands variables with Go's os.ExpandEnv, which makes an unset one "" (its
+    pkg/provisioning/config/yaml/hooks.go); cdcflow does the same and says so."""
     path = write(tmp_path, "p.yaml", """
         version: 2.2
         pipelines:
@@ -176,9 +178,12 @@ def test_unset_variable_is_a_problem_with_its_line(tmp_path):
                   secret: ${NOT_SET_ANYWHERE}
     """)
     result = load_files([path], env={})
-    assert [str(p) for p in result.problems] == [
-        f"{path}:9: environment variable 'NOT_SET_ANYWHERE' is not set (use ${{NOT_SET_ANYWHERE:-default}} for a default)"
+    assert result.problems == []
+    assert [str(p) for p in result.warnings] == [
+        f"{path}:9: environment variable 'NOT_SET_ANYWHERE' is not set: replaced by \"\" "
+        "(use ${NOT_SET_ANYWHERE:-default} for a default)"
     ]
+    assert result.pipelines[0].connectors[0].settings == {"secret": ""}
 
 
 def test_env_defaults_to_process_environment(tmp_path, monkeypatch):
@@ -214,8 +219,10 @@ def problems_of(tmp_path: Path, text: str) -> list[str]:
     return [str(p).replace(path, "F") for p in load_files([path], env={}).problems]
 
 
-def test_unknown_keys_are_problems(tmp_path):
-    assert problems_of(tmp_path, """
+def test_unknown_keys_are_warnings_except_in_the_engine_section(tmp_path):
+    """Conduit's parser logs an unknown field and goes on (pkg/provisioning/config/yaml/parser.go turns
+    yaml's UnknownFieldError into warnings); cdcflow's own ``engine:`` section stays strict."""
+    text = """
         version: 2.2
         extra: 1
         pipelines:
@@ -234,21 +241,31 @@ def test_unknown_keys_are_problems(tmp_path):
               window: 3
             engine:
               trigger_interval: 1s
-    """) == [
-        "F:2: configuration: unknown key 'extra' (known: version, pipelines, engine)",
-        "F:5: pipeline: unknown key 'colour' (known: id, status, name, description, connectors, processors, "
-        "dead-letter-queue, engine)",
-        "F:10: pipeline 'p': connector: unknown key 'setting' (known: id, type, plugin, name, settings, processors)",
-        "F:14: pipeline 'p': processor: unknown key 'condtion' (known: id, plugin, type, condition, settings, workers)",
-        "F:16: pipeline 'p': dead-letter-queue: unknown key 'window' (known: plugin, settings, window-size, "
-        "window-nack-threshold)",
+    """
+    assert problems_of(tmp_path, text) == [
         "F:18: pipeline 'p'.engine: unknown key 'trigger_interval' (known: master, conf, trigger-interval, "
         "micro-batch-duration, batch-size, state-dir, error-recovery.max-retries, error-recovery.min-delay, "
         "error-recovery.max-delay, error-recovery.backoff-factor, error-recovery.max-elapsed)",
     ]
+    path = write(tmp_path, "w.yaml", text)
+    result = load_files([path], env={})
+    assert [(w.line, w.message) for w in result.warnings] == [
+        (2, "configuration: unknown key 'extra' ignored (known: version, pipelines, engine)"),
+        (5, "pipeline: unknown key 'colour' ignored (known: id, status, name, description, connectors, processors, "
+            "dead-letter-queue, engine)"),
+        (10, "pipeline 'p': connector: unknown key 'setting' ignored (known: id, type, plugin, name, settings, "
+             "processors)"),
+        (14, "pipeline 'p': processor: unknown key 'condtion' ignored (known: id, plugin, type, condition, settings, "
+             "workers)"),
+        (16, "pipeline 'p': dead-letter-queue: unknown key 'window' ignored (known: plugin, settings, window-size, "
+             "window-nack-threshold)"),
+    ]
+    assert result.pipelines[0].processors[0].condition is None  # the misspelt key was not read
 
 
-def test_duplicate_ids_are_problems(tmp_path):
+def test_duplicate_ids_are_problems_processor_ids_scoped_by_parent(tmp_path):
+    """Processor ids are unique per parent, as Conduit scopes them (``<parent>:<id>``,
+    pkg/provisioning/config/enrich.go): ``x`` on connector ``c`` and ``x`` on the pipeline are two."""
     a = write(tmp_path, "a.yaml", """
         version: 2.2
         pipelines:
@@ -265,11 +282,12 @@ def test_duplicate_ids_are_problems(tmp_path):
     result = load_files([a, b], env={})
     assert [str(p) for p in result.problems] == [
         f"{a}:6: pipeline 'p': duplicate connector id 'c' (first defined at {a}:5)",
-        f"{a}:8: pipeline 'p': duplicate processor id 'x' (first defined at {a}:5)",
         f"{a}:10: pipeline 'p': duplicate processor id 'y' (first defined at {a}:9)",
         f"{b}:3: duplicate pipeline id 'p' (first defined at {a}:3)",
     ]
     assert [p.origin.file for p in result.pipelines] == [a]
+    pipe = result.pipelines[0]
+    assert [p.node_id for p in pipe.all_processors] == ["x", "y", "c:x"]
 
 
 def test_duplicate_yaml_key_is_a_problem(tmp_path):
@@ -326,22 +344,29 @@ def test_processor_type_is_accepted_as_old_name_of_plugin(tmp_path):
     assert result.pipelines[0].processors[0].plugin == "filter"
 
 
-@pytest.mark.parametrize(
-    "version, message",
-    [
-        ("1.1", "unsupported version '1.1'; supported: 2, 2.0, 2.1, 2.2 (version 1.x is deprecated in Conduit; "
-                "convert the file to 2.2)"),
-        ("3.0", "unsupported version '3.0'; supported: 2, 2.0, 2.1, 2.2"),
-    ],
-)
-def test_unsupported_versions(tmp_path, version, message):
-    assert problems_of(tmp_path, f"version: {version}\npipelines: []\n") == [f"F:1: {message}"]
+def test_unsupported_major_version(tmp_path):
+    assert problems_of(tmp_path, "version: 3.0\npipelines: []\n") == [
+        "F:1: unsupported version '3.0'; this cdcflow reads 2, 2.0, 2.1, 2.2, 1.0, 1.1 (and any 1.x or 2.x)"]
 
 
-def test_missing_version_and_empty_file(tmp_path):
-    assert problems_of(tmp_path, "pipelines: []\n") == [
-        "F:1: 'version' is required (this cdcflow reads 2, 2.0, 2.1, 2.2)"
-    ]
+@pytest.mark.parametrize("version, warning", [
+    ("2.5", "unknown version '2.5': read as version 2.2"),
+    ("2.12", "unknown version '2.12': read as version 2.2"),
+    ("1.12", "unknown version '1.12': read as version 1.1"),
+])
+def test_unknown_minor_versions_are_read_as_the_latest_of_their_major(tmp_path, version, warning):
+    """Conduit's parser falls back to the newest version of the same major with a warning
+    (pkg/provisioning/config/yaml/parser.go, parseVersion)."""
+    path = write(tmp_path, "v.yaml", f"version: {version}\npipelines: []\n")
+    result = load_files([path], env={})
+    assert result.problems == [] and [(w.line, w.message) for w in result.warnings] == [(1, warning)]
+
+
+def test_missing_version_is_read_as_2_2_and_empty_file(tmp_path):
+    path = write(tmp_path, "nov.yaml", "pipelines:\n  - id: p\n")
+    result = load_files([path], env={})
+    assert result.problems == [] and [p.id for p in result.pipelines] == ["p"]
+    assert [(w.line, w.message) for w in result.warnings] == [(1, "no 'version' given: read as version 2.2")]
     empty = write(tmp_path, "empty.yaml", "# nothing\n")
     assert [str(p) for p in load_files([empty]).problems] == [
         f"{empty}: file holds no configuration (expected 'version' and 'pipelines')"
@@ -358,8 +383,9 @@ def test_missing_file(tmp_path):
 def test_problems_are_sorted_by_file_then_line(tmp_path):
     a = write(tmp_path, "a.yaml", "version: 2.2\npipelines:\n  - id: x\n    bad: 1\n  - id: x\n")
     b = write(tmp_path, "b.yaml", "version: 2.2\npipelines:\n  - {id: y, status: wrong}\n")
-    problems = load_files([b, a], env={}).problems
-    assert [(Path(p.file).name, p.line) for p in problems] == [("b.yaml", 3), ("a.yaml", 4), ("a.yaml", 5)]
+    result = load_files([b, a], env={})
+    assert [(Path(p.file).name, p.line) for p in result.problems] == [("b.yaml", 3), ("a.yaml", 5)]
+    assert [(Path(p.file).name, p.line) for p in result.warnings] == [("a.yaml", 4)]
 
 
 def test_nested_default_is_a_problem_not_a_wrong_value(tmp_path):
@@ -396,3 +422,66 @@ def test_micro_batch_duration(tmp_path):
     assert by_id["p"].engine.micro_batch_duration == 0.25 and by_id["p"].engine.trigger_interval == 2.0
     assert [p.line for p in result.problems] == [10]
     assert "must not be negative" in result.problems[0].message
+
+
+# -- Conduit's own parser test data (github.com/ConduitIO/conduit, commit bb6ce44,
+# pkg/provisioning/config/yaml/v1/testdata/pipelines1-success.yml, copied as a fixture)
+CONDUIT_V1 = Path(__file__).parent / "conduit" / "v1-pipelines1-success.yml"
+
+
+def test_conduit_v1_file_reads_as_conduit_reads_it():
+    """Version 1.x: pipelines, connectors and processors are mappings keyed by id; processors name
+    their plugin with ``type``; a 1.12 document is read as 1.1; stopped pipelines may lack connectors."""
+    result = load_files([str(CONDUIT_V1)], env={})
+    assert result.problems == []
+    by_id = {p.id: p for p in result.pipelines}
+    assert list(by_id) == ["pipeline1", "pipeline2", "pipeline3"]
+    p1 = by_id["pipeline1"]
+    assert (p1.status, p1.name, p1.description) == ("running", "pipeline1", "desc1")
+    (con1,) = p1.connectors
+    assert (con1.id, con1.type, con1.plugin, con1.name) == ("con1", "source", "builtin:s3", "s3-source")
+    assert con1.settings == {"aws.region": "us-east-1", "aws.bucket": "my-bucket"}
+    assert [(p.node_id, p.plugin, p.settings) for p in p1.all_processors] == [
+        ("pipeline1proc1", "js", {"additionalProp1": "string", "additionalProp2": "string"}),
+        ("con1:proc1", "js", {"additionalProp1": "string", "additionalProp2": "string"}),
+    ]
+    dlq = p1.dead_letter_queue
+    assert (dlq.plugin, dlq.settings, dlq.window_size, dlq.window_nack_threshold) == ("my-plugin", {"foo": "bar"}, 4, 2)
+    p2 = by_id["pipeline2"]
+    assert p2.status == "stopped" and [(c.id, c.type, c.settings) for c in p2.connectors] == [
+        ("con2", "destination", {"path": "my/path"})]
+    assert [p.node_id for p in p2.all_processors] == ["con2:con2proc1"]
+    assert by_id["pipeline3"].connectors == [] and by_id["pipeline3"].status == "stopped"
+    # lines 5 and 38 are where Conduit's own test (parse_warnings_test.go) expects its warnings
+    assert [(w.line, w.message.split(":")[0]) for w in result.warnings] == [
+        (2, "version 1.x is deprecated"),
+        (5, "pipeline"),  # unknownField
+        (38, "unknown version '1.12'"),
+    ]
+
+
+def test_conduit_env_vars_file(tmp_path):
+    """Conduit's v2 testdata pipelines5-env-vars.yml (same commit): variables inside a value, and
+    unset ones replaced by "" with a warning."""
+    path = write(tmp_path, "env.yaml", """
+        version: 2.0
+        pipelines:
+          - id: pipeline1
+            status: running
+            name: pipeline1
+            description: desc1
+            connectors:
+              - id: con1
+                type: source
+                plugin: builtin:s3
+                name: s3-source
+                settings:
+                  aws.secret: ${TEST_PARSER_AWS_SECRET}
+                  aws.key: ${TEST_PARSER_AWS_KEY}
+                  aws.url: my/${TEST_PARSER_AWS_URL}/url
+    """)
+    result = load_files([path], env={"TEST_PARSER_AWS_SECRET": "my-aws-secret", "TEST_PARSER_AWS_URL": "aws-url"})
+    assert result.problems == []
+    assert result.pipelines[0].connectors[0].settings == {
+        "aws.secret": "my-aws-secret", "aws.key": "", "aws.url": "my/aws-url/url"}
+    assert [w.line for w in result.warnings] == [14]

@@ -189,17 +189,17 @@ def test_cli_invalid_exit_2_lists_every_problem(tmp_path, capsys):
 def test_cli_json(tmp_path, capsys):
     good = write(tmp_path, "ok.yaml", VALID)
     assert main(["validate", "--json", good]) == 0
-    assert json.loads(capsys.readouterr().out) == {"valid": True, "problems": []}
+    assert json.loads(capsys.readouterr().out) == {"valid": True, "problems": [], "warnings": []}
     bad = write(tmp_path, "bad.yaml", "version: 2.2\npipelines:\n  - id: p\n    what: 1\n")
     assert main(["validate", "--json", good, bad]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["valid"] is False
-    assert doc["problems"][2] == {
+    assert doc["warnings"] == [{
         "file": bad, "line": 4,
-        "message": "pipeline: unknown key 'what' (known: id, status, name, description, connectors, processors, "
-                   "dead-letter-queue, engine)",
-    }
-    assert [p["line"] for p in doc["problems"]] == [3, 3, 4]  # no source, no destination, unknown key
+        "message": "pipeline: unknown key 'what' ignored (known: id, status, name, description, connectors, "
+                   "processors, dead-letter-queue, engine)",
+    }]
+    assert [p["line"] for p in doc["problems"]] == [3, 3]  # no source, no destination
     assert {tuple(sorted(p)) for p in doc["problems"]} == {("file", "line", "message")}
 
 
@@ -212,3 +212,15 @@ def test_console_script_subprocess(tmp_path):
                           env={**os.environ, "CDCFLOW_PLUGINS_DIR": ""})
     assert proc.returncode == 2, proc.stderr
     assert f"{path}:5: YAML syntax error" in proc.stderr
+
+
+def test_a_stopped_pipeline_needs_no_connectors_a_running_one_does(tmp_path):
+    """Conduit accepts a stopped pipeline without connectors (its v1 testdata pipeline3); cdcflow
+    neither refuses nor runs it."""
+    path = write(tmp_path, "stopped.yaml", VALID + "  - id: parked\n    status: stopped\n  - id: empty\n")
+    result = validate_files([path])
+    assert [p.message for p in result.problems] == [
+        "pipeline 'empty' has no source connector (at least one is required)",
+        "pipeline 'empty' has no destination connector (at least one is required)",
+    ]
+    assert [p.id for p in result.pipelines] == ["quick", "parked", "empty"]
