@@ -15,6 +15,7 @@ import decimal as _decimal
 import io
 import re
 import struct as _struct
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice as _islice
@@ -59,6 +60,15 @@ from .options import (
 )
 
 # --------------------------------------------------------------------------- decoder
+
+#: Python 3.10's csv module refuses a NUL character in the data ("line contains NUL"); 3.11 reads it
+_CSV_READS_NUL = sys.version_info >= (3, 11)
+
+
+def _nul_stand_in(text: str) -> str:
+    """A private-use character that does not occur in ``text``, to carry its NULs past 3.10's csv reader."""
+    return next(c for c in map(chr, range(0xE000, 0xF900)) if c not in text)
+
 
 # Column kinds of the compiled reader's plan (the DK_* numbers in _csv.c), by careful parser.
 _DK_TEXT, _DK_CALL = 0, 9
@@ -214,6 +224,10 @@ class CsvDecoder:
         plan = self._column_plan
         meta = o.meta_count
         width = meta + len(plan)
+        nul = None
+        if not _CSV_READS_NUL and "\0" in text:
+            nul = _nul_stand_in(text)
+            text = text.replace("\0", nul)
         reader = _stdcsv.reader(io.StringIO(text, newline=""), delimiter=o.delimiter, quotechar=q,
                                 doublequote=True, strict=True, skipinitialspace=False,
                                 quoting=_stdcsv.QUOTE_MINIMAL)
@@ -223,6 +237,8 @@ class CsvDecoder:
         header = o.output_field_header and start_line == 1
         try:
             while rows := list(_islice(reader, _COLUMN_CHUNK)):
+                if nul is not None:
+                    rows = [[f.replace(nul, "\0") for f in row] for row in rows]
                 if header:
                     header = False
                     want = header_line(table, o)[: -len(o.terminator)].split(o.delimiter)

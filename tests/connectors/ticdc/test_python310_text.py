@@ -40,3 +40,25 @@ def test_strict_base64_decodes_valid_text(text, value):
 def test_strict_base64_rejects_what_strict_mode_rejects(bad):
     with pytest.raises(ValueError):  # binascii.Error
         tidb.b64decode_strict(bad)
+
+
+@pytest.mark.parametrize("reads_nul", [True, False], ids=["csv-reads-nul", "python310-csv"])
+def test_csv_text_with_nul_decodes_column_wise_on_every_python(monkeypatch, reads_nul):
+    """3.10's csv module refuses NUL ("line contains NUL"); the column-wise reader carries NULs past
+    it, so a LONGTEXT holding NUL reads the same (and in the same form) as on 3.11+."""
+    import sys
+
+    from cdcflow.connectors.ticdc import csv as tcsv
+    from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
+    from cdcflow.connectors.ticdc.tidb import Column, TableSchema
+
+    if reads_nul and sys.version_info < (3, 11):
+        pytest.skip("this Python's csv module does not read NUL")
+    monkeypatch.setattr(tcsv_decode, "_kernel", None)
+    monkeypatch.setattr(tcsv_decode, "_CSV_READS_NUL", reads_nul)
+    table = TableSchema("db", "t", (Column("id", "BIGINT", primary_key=True, nullable=False), Column("c", "LONGTEXT")))
+    rows = [(1, "a\x00b"), (2, "\x00"), (3, "\ue000 stand-in lookalike \x00")]
+    text = "".join(f'"I","t","db",{i},"{v}"\n' for i, v in rows).encode()
+    got = tcsv.CsvDecoder(table, tcsv.CsvOptions()).decode_columns(text)
+    assert isinstance(got, tcsv.CsvColumns)  # not handed to the row-wise reader
+    assert got.columns == [[1, 2, 3], [v for _, v in rows]]
