@@ -165,7 +165,11 @@ def problems(plugin: str, spec: Mapping[str, Parameter], settings: Mapping[str, 
     errs: list[ConfigError] = []
     for key in sorted(settings):
         if _match_spec(spec, key) is None:
-            known = ", ".join(sorted(spec)) or "none"
+            # Conduit's sdk.* middleware settings every connector takes are listed only for an sdk.* key
+            names = [n for n in sorted(spec) if key.startswith("sdk.") or not n.startswith("sdk.")]
+            known = ", ".join(names) or "none"
+            if len(names) < len(spec):
+                known += " and Conduit's sdk.*"
             errs.append(ConfigError(plugin, key, "unknown",
                                     f"unrecognized parameter{did_you_mean(key, spec)} (known: {known})"))
     for name in sorted(spec):

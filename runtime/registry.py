@@ -319,10 +319,13 @@ def _connector_info(plugin: object, origin: str) -> PluginInfo:
             raise PluginLoadError(f"{plugin.name}: {side} {cls!r} is not a subclass of cdcflow.sdk.{base.__name__}")
     if plugin.source is None and plugin.destination is None:
         raise PluginLoadError(f"{plugin.name}: neither a source nor a destination class")
+    from .engine import middleware  # Conduit's sdk.* settings, applied by the engine around the plugin
+
     return PluginInfo(
         kind=CONNECTOR, type=BUILTIN, name=plugin.name, version=plugin.version, summary=plugin.summary,
         description=plugin.description, author=plugin.author,
-        source_params=dict(plugin.source_params), destination_params=dict(plugin.destination_params),
+        source_params={**middleware.SOURCE_PARAMS, **plugin.source_params},
+        destination_params={**middleware.DESTINATION_PARAMS, **plugin.destination_params},
         has_source=plugin.source is not None, has_destination=plugin.destination is not None,
         origin=origin, impl=plugin,
     )

@@ -10,7 +10,7 @@ Teardown); after a failure it is only torn down.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..errors import CdcflowError
@@ -18,6 +18,7 @@ from ..pipeline.model import ConnectorConfig
 from ..record import Record
 from .dlq import Nacks
 from .faults import DESTINATION, in_node, quiet_teardown
+from .middleware import DestinationMiddleware, connector_settings
 
 log = logging.getLogger("cdcflow.engine.destination")
 
@@ -28,6 +29,7 @@ class DestinationNode:
     plugin: Any
     chain: Any = None  # its own processors (None when there are none)
     last_position: bytes | None = None  # of the last record handed to ``write``
+    middleware: DestinationMiddleware = field(default_factory=DestinationMiddleware)  # Conduit's sdk.* settings
 
     @classmethod
     def open(cls, pipeline: str, cfg: ConnectorConfig, info: Any, settings: dict, role: str = DESTINATION,
@@ -37,19 +39,20 @@ class DestinationNode:
             plugin = info.new_destination()
             plugin.id = cfg.id
             try:
-                plugin.configure(settings)
+                plugin.configure(connector_settings(settings, info))
                 plugin.open()
             except BaseException:
                 quiet_teardown(plugin)
                 raise
-        return cls(cfg, plugin)
+        return cls(cfg, plugin, middleware=DestinationMiddleware.of(settings, info))
 
     def write(self, pipeline: str, records: Sequence[Record], last_position: bytes, nacks: Nacks) -> int:
         """Write ``records`` (``last_position`` is the last one's, known without making the Records
         of a lazy batch); returns how many the plugin rejected (added to ``nacks``)."""
         dest_id = self.config.id
         with in_node(pipeline, DESTINATION, dest_id):
-            errors = self.plugin.write(records)
+            mw = self.middleware
+            errors = mw.write(self.plugin.write, records) if mw.active else self.plugin.write(records)
             if errors and len(errors) != len(records):
                 raise CdcflowError(f"write returned {len(errors)} results for {len(records)} records")
         self.last_position = last_position

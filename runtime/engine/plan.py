@@ -16,6 +16,7 @@ from ..errors import CdcflowError, ConfigError, PluginNotFoundError
 from ..params import REDACTOR, secret_values
 from ..pipeline.model import PipelineConfig
 from .fastpath import IdleAwareSource
+from .middleware import connector_settings
 from .faults import DESTINATION, DLQ, PROCESSOR, SOURCE, node_error
 from .state import StateDir
 
@@ -118,7 +119,7 @@ def plan_partitions(ctx: RunContext, registry, until_idle: bool = False) -> list
             if isinstance(source, IdleAwareSource):
                 source.until_idle = until_idle
             try:
-                source.configure(settings)
+                source.configure(connector_settings(settings, info))
                 partitions = list(source.partitions())
             except (ConfigError, PluginNotFoundError):
                 raise

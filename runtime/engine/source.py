@@ -27,6 +27,7 @@ from ..record import (
 from . import processors
 from .fastpath import LazyBatchSource, RecordBatch
 from .faults import SOURCE, in_node, quiet_teardown
+from .middleware import SourceMiddleware, connector_settings
 from .plan import PartitionTask, RunContext
 from .state import PartitionState
 
@@ -44,11 +45,12 @@ class SourceNode:
     fingerprint: str  # the source's configuration: a changed pipeline file reopens it
     #: the partition's state, which the acker advances: where this open plugin continues
     state: PartitionState
+    middleware: SourceMiddleware = SourceMiddleware()  # Conduit's sdk.* settings
 
     def read(self, max_records: int) -> Sequence[Record] | None:
         """A batch (None: the bounded source ended), each record stamped with where it came from."""
         with in_node(self.pipeline, SOURCE, self.task.source):
-            batch = self.plugin.read(max_records)
+            batch = self.plugin.read(self.middleware.read_size(max_records))
         if batch:
             stamp = {META_SOURCE_CONNECTOR_ID: self.task.source, META_SOURCE_PLUGIN_NAME: self.name,
                      META_SOURCE_PLUGIN_VERSION: self.version}
@@ -109,14 +111,15 @@ def open_source(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, stat
     chain = None
     try:
         with in_node(pipe.id, SOURCE, cfg.id):
-            plugin.configure(ctx.settings_of(pipe.id, SOURCE, cfg.id))
+            plugin.configure(connector_settings(ctx.settings_of(pipe.id, SOURCE, cfg.id), info))
             plugin.open(state.position, task.partition)
         chain = processors.build(pipe.id, cfg.processors, registry, ctx.processor_settings(pipe.id))
     except BaseException:
         quiet_teardown(chain)
         quiet_teardown(plugin)
         raise
-    node = SourceNode(pipe.id, task, plugin, chain, info.name, info.version, fingerprint, state)
+    node = SourceNode(pipe.id, task, plugin, chain, info.name, info.version, fingerprint, state,
+                      SourceMiddleware.of(ctx.settings_of(pipe.id, SOURCE, cfg.id), info))
     with _lock:
         _cache[key] = node
     return node, True
