@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from google.protobuf import struct_pb2
 
+from .. import accel
 from .avro import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.connector.v2 import destination_pb2
@@ -56,6 +57,8 @@ _N_OPERATIONS = len(_OPERATIONS)
 _KEY_SUBJECT = META_KEYS[KEY][0]
 _PAYLOAD_SUBJECT = META_KEYS[PAYLOAD][0]
 _AVRO, _STRUCT = "avro", "struct"
+#: the compiled twin of ``batch_bytes`` and ``from_wire`` (None: upb does it all)
+_kernel = accel.load("cdcflow.convert._wire")
 
 
 def _encode(codec: Codec, value: Any) -> bytes:
@@ -85,33 +88,45 @@ def _fill(add, records: Iterable[Record], prepare: _Preparer) -> None:
             position, operation, metadata, key, before, after = prepare(r)
         else:  # raw data goes as it is, without a call per record
             position, operation, metadata = r.position, r.operation, r.metadata
-        pb = add(position=position, operation=operation)
-        pb_metadata = pb.metadata
-        for k, v in metadata.items():  # faster than metadata= (upb fills a map through MutableMapping.update)
-            pb_metadata[k] = v
-        if key is not None:
-            if type(key) is bytes:
-                pb.key.raw_data = key
-            else:
-                pb.key.structured_data.CopyFrom(key)
-        if before is None and after is None:
-            continue
-        payload = pb.payload
-        if before is not None:
-            if type(before) is bytes:
-                payload.before.raw_data = before
-            else:
-                payload.before.structured_data.CopyFrom(before)
-        if after is not None:
-            if type(after) is bytes:
-                payload.after.raw_data = after
-            else:
-                payload.after.structured_data.CopyFrom(after)
+        _set(add(position=position, operation=operation), metadata, key, before, after)
+
+
+def _set(pb: PbRecord, metadata: Mapping[str, str], key: Any, before: Any, after: Any) -> None:
+    pb_metadata = pb.metadata
+    for k, v in metadata.items():  # faster than metadata= (upb fills a map through MutableMapping.update)
+        pb_metadata[k] = v
+    if key is not None:
+        if type(key) is bytes:
+            pb.key.raw_data = key
+        else:
+            pb.key.structured_data.CopyFrom(key)
+    if before is None and after is None:
+        return
+    payload = pb.payload
+    if before is not None:
+        if type(before) is bytes:
+            payload.before.raw_data = before
+        else:
+            payload.before.structured_data.CopyFrom(before)
+    if after is not None:
+        if type(after) is bytes:
+            payload.after.raw_data = after
+        else:
+            payload.after.structured_data.CopyFrom(after)
+
+
+def _record_bytes(prepared: tuple) -> bytes:
+    """One record's bytes from (position, operation, metadata, key, before, after), by upb: what the
+    kernel hands back for values it does not write itself (Structs, odd types), with upb's errors."""
+    position, operation, metadata, key, before, after = prepared
+    pb = PbRecord(position=position, operation=operation)
+    _set(pb, metadata, key, before, after)
+    return pb.SerializeToString(deterministic=True)
 
 
 def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structured: str = _AVRO) -> list[bytes]:
     """Each record's ``opencdc.v1.Record`` bytes (upb serializes ``to_proto``'s messages)."""
-    return [pb.SerializeToString() for pb in to_proto(records, store, structured)]
+    return [pb.SerializeToString(deterministic=True) for pb in to_proto(records, store, structured)]
 
 
 def to_batch(
@@ -132,27 +147,37 @@ def to_batch(
 PIECE_RECORDS = 200
 
 
-def batch_bytes(
-    records: Sequence[Record], store: SchemaStore | None = None, structured: str = _AVRO
-) -> tuple[bytes, list[BatchMessage]]:
-    """The bytes of a batch message holding the records, and the messages they were serialized
-    from (holding the same records, in order).
+class _WritePlan:
+    """What the kernel's ``batch_bytes`` calls back: ``prepare`` for a record with a dict side,
+    ``serialize`` (``_record_bytes``) for values it does not write, and the operation enum."""
 
-    Why: upb serializes a batch built ``PIECE_RECORDS`` records at a time while it is still in
-    the CPU's cache. The pieces' bytes, concatenated, are one batch message with all their
-    records: protobuf appends the elements of a repeated field across concatenated messages
-    (the same bytes ``to_batch(records).SerializeToString()`` gives). The pieces share one
-    ``_Preparer``, so the schema choice of a batch is made once, as in ``to_batch``.
+    __slots__ = ("prepare", "serialize", "operation_type")
+
+    def __init__(self, prepare: _Preparer):
+        self.prepare = prepare
+        self.serialize = _record_bytes
+        self.operation_type = Operation
+
+
+def batch_bytes(records: Sequence[Record], store: SchemaStore | None = None, structured: str = _AVRO) -> bytes:
+    """The bytes of a batch message holding the records: ``to_batch(records)`` serialized.
+
+    Serialization is deterministic (map entries in upb's sorted order), so the compiled twin
+    writes the same bytes. Why in pieces: upb serializes a batch built ``PIECE_RECORDS`` records
+    at a time while it is still in the CPU's cache; the pieces' bytes, concatenated, are one batch
+    message with all their records (protobuf appends the elements of a repeated field across
+    concatenated messages). The pieces share one ``_Preparer``, so the schema choice of a batch
+    is made once, as in ``to_batch``.
     """
     prepare = _Preparer(store, structured)
-    pieces: list[BatchMessage] = []
+    if _kernel is not None:
+        return _kernel.batch_bytes(records, _WritePlan(prepare))
     parts: list[bytes] = []
     for start in range(0, len(records), PIECE_RECORDS):
         piece = BatchMessage()
         _fill(piece.records.add, records[start:start + PIECE_RECORDS], prepare)
-        parts.append(piece.SerializeToString())
-        pieces.append(piece)
-    return b"".join(parts), pieces
+        parts.append(piece.SerializeToString(deterministic=True))
+    return b"".join(parts)
 
 
 class _Preparer:
@@ -295,17 +320,15 @@ def _struct(value: dict, position: bytes, where: str) -> struct_pb2.Struct:
 
 def from_proto(pbs: Iterable[PbRecord], store: SchemaStore | None = None) -> list[Record]:
     """Build records; raw data named by a schema reference is decoded with the store's schema."""
-    refs: list[SchemaRefs | None] = [None]  # looked up once, when the first reference shows up
-    codecs: dict[tuple[str, str], Codec] = {}  # this batch's schemas by the metadata's (subject, version)
-    return [_from_pb(pb, store, refs, codecs) for pb in pbs]
+    finish = _Finisher(store, None)
+    return [finish(index, *_fields(pb)) for index, pb in enumerate(pbs)]
 
 
-def _from_pb(pb: PbRecord, store: SchemaStore | None, refs: list, codecs: dict) -> Record:
+def _fields(pb: PbRecord) -> tuple:
+    """(position, operation number, metadata, key, before, after) of a message: raw data as bytes,
+    structured data as dicts (``_Finisher`` decodes what a schema reference names)."""
     pb_metadata = pb.metadata
     metadata = {k: pb_metadata[k] for k in pb_metadata}  # faster than dict() on a pb map
-    operation = pb.operation
-    if not 0 <= operation < _N_OPERATIONS:
-        raise ConversionError(f"record at position {pb.position!r}: unknown operation number {operation}")
     # raw data read in line, without a call per side
     key = before = after = None
     if pb.HasField("key"):
@@ -319,23 +342,51 @@ def _from_pb(pb: PbRecord, store: SchemaStore | None, refs: list, codecs: dict) 
         if payload.HasField("after"):
             d = payload.after
             after = d.raw_data if d.HasField("raw_data") else _structured_data(d)
-    if (
-        type(key) is bytes and _KEY_SUBJECT in metadata
-        or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
-    ):
-        if refs[0] is None:
-            refs[0] = refs_for(store)
-        derived = pop_derived(metadata)
-        position = pb.position
-        if type(key) is bytes:
-            key = _decode(refs[0], codecs, metadata, KEY, key, position)
-        if type(before) is bytes:
-            before = _decode(refs[0], codecs, metadata, PAYLOAD, before, position)
-        if type(after) is bytes:
-            after = _decode(refs[0], codecs, metadata, PAYLOAD, after, position)
-        if derived:
-            drop_refs(metadata, derived)
-    return Record(pb.position, _OPERATIONS[operation], metadata, key, before, after)
+    return pb.position, pb.operation, metadata, key, before, after
+
+
+class _Finisher:
+    """The last step of reading a record, shared by upb's path and the kernel's: the operation
+    checked, raw data a schema reference names decoded (the batch's schemas looked up once), the
+    Record built. With ``failed``, a record that does not convert is None, its error kept by index."""
+
+    __slots__ = ("store", "refs", "codecs", "failed")
+
+    def __init__(self, store: SchemaStore | None, failed: dict[int, tuple[bytes, Exception]] | None):
+        self.store = store
+        self.refs: SchemaRefs | None = None  # looked up once, when the first reference shows up
+        self.codecs: dict[tuple[str, str], Codec] = {}  # by the metadata's (subject, version)
+        self.failed = failed
+
+    def __call__(self, index: int, position: bytes, operation: int, metadata: dict, key, before, after):
+        if self.failed is None:
+            return self.record(position, operation, metadata, key, before, after)
+        try:
+            return self.record(position, operation, metadata, key, before, after)
+        except (ConversionError, SchemaError) as e:
+            self.failed[index] = (position, e)
+            return None
+
+    def record(self, position: bytes, operation: int, metadata: dict, key, before, after) -> Record:
+        if not 0 <= operation < _N_OPERATIONS:
+            raise ConversionError(f"record at position {position!r}: unknown operation number {operation}")
+        if (
+            type(key) is bytes and _KEY_SUBJECT in metadata
+            or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
+        ):
+            if self.refs is None:
+                self.refs = refs_for(self.store)
+            refs, codecs = self.refs, self.codecs
+            derived = pop_derived(metadata)
+            if type(key) is bytes:
+                key = _decode(refs, codecs, metadata, KEY, key, position)
+            if type(before) is bytes:
+                before = _decode(refs, codecs, metadata, PAYLOAD, before, position)
+            if type(after) is bytes:
+                after = _decode(refs, codecs, metadata, PAYLOAD, after, position)
+            if derived:
+                drop_refs(metadata, derived)
+        return Record(position, _OPERATIONS[operation], metadata, key, before, after)
 
 
 def _structured_data(d: opencdc_pb2.Data) -> Any:
@@ -375,33 +426,57 @@ def _codec(refs: SchemaRefs, codecs: dict, subject: str, version: str, part: str
 
 # -- batch messages ---------------------------------------------------------------------
 
+class _Block:
+    """A run of metadata map entries as upb reads it, for the kernel: the metadata, and whether
+    it names a schema (then the kernel leaves the record to ``_Finisher``)."""
+
+    __slots__ = ("metadata", "decode")
+
+    def __init__(self, metadata: dict[str, str]):
+        self.metadata = metadata
+        self.decode = _KEY_SUBJECT in metadata or _PAYLOAD_SUBJECT in metadata
+
+
+def _block_of(block: bytes) -> _Block | None:
+    """``block``'s ``_Block``; None when upb refuses it (upb's path then names the error)."""
+    try:
+        return _Block(_metadata_of(block))
+    except ValueError:
+        return None
+
+
+class _ReadPlan:
+    """What the kernel's ``records`` builds records with and calls back."""
+
+    __slots__ = ("record_type", "operations", "block_of", "finish")
+
+    def __init__(self, finish: _Finisher):
+        self.record_type = Record
+        self.operations = _OPERATIONS
+        self.block_of = _block_of
+        self.finish = finish
+
+
 def from_wire(
     message: bytes, store: SchemaStore | None = None,
     failed: dict[int, tuple[bytes, Exception]] | None = None,
 ) -> list[Record | None]:
-    """The records of a batch message's bytes: upb parses the message, ``from_proto`` converts.
+    """The records of a batch message's bytes: upb parses the message, ``_Finisher`` converts.
 
     Without ``failed`` the first record that does not convert raises. With it,
     such a record is None in the list and ``failed[index] = (position, error)``.
     Bytes that are not a valid message raise ConversionError either way.
     """
+    finish = _Finisher(store, failed)
+    if _kernel is not None:
+        records = _kernel.records(message, _ReadPlan(finish))
+        if records is not None:
+            return records
     try:
         pbs = BatchMessage.FromString(message).records
     except Exception as e:  # noqa: BLE001 - upb's DecodeError
         raise ConversionError(f"malformed batch message ({len(message)} bytes): {e}") from None
-    if failed is None:
-        return from_proto(pbs, store)
-    refs: list[SchemaRefs | None] = [None]
-    codecs: dict[tuple[str, str], Codec] = {}
-    out: list[Record | None] = []
-    append = out.append
-    for index, pb in enumerate(pbs):
-        try:
-            append(_from_pb(pb, store, refs, codecs))
-        except (ConversionError, SchemaError) as e:
-            failed[index] = (pb.position, e)
-            append(None)
-    return out
+    return [finish(index, *_fields(pb)) for index, pb in enumerate(pbs)]
 
 
 def _metadata_of(block: bytes) -> dict[str, str]:
