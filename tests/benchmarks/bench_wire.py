@@ -3,9 +3,11 @@
 ``framing.frame_records`` (records → batch messages, what the host sends) and
 ``convert.protobuf.from_wire`` (batch messages → records, what the plugin reads), on
 10 000 records: the ``bench_standalone`` raw 1 KB and structured (Avro, ten fields) records.
-process_time, best of N, one thread, with the heap policy both processes use; run it pinned:
+process_time, best of N, one thread, with the heap policy both processes use; run it pinned,
+with the wire kernel (as installed) and without it (upb's path):
 
     taskset -c 0 .venv/bin/python tests/benchmarks/bench_wire.py [--records N] [--rounds N]
+    CDCFLOW_KERNELS_OFF=_wire taskset -c 0 .venv/bin/python tests/benchmarks/bench_wire.py
 """
 
 from __future__ import annotations
