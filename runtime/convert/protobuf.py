@@ -468,7 +468,7 @@ def from_wire(
     Bytes that are not a valid message raise ConversionError either way.
     """
     finish = _Finisher(store, failed)
-    if _kernel is not None:
+    if _kernel is not None and type(message) is bytes:  # a buffer of another type: upb reads it
         records = _kernel.records(message, _ReadPlan(finish))
         if records is not None:
             return records

@@ -207,6 +207,11 @@ def test_bad_and_odd_bytes_read_alike(name):
     _assert_read_alike(BAD_BYTES[name], SchemaStore())
 
 
+@pytest.mark.parametrize("buffer", [bytearray, memoryview])
+def test_other_buffers_read_alike(buffer):
+    _assert_read_alike(buffer(_good()), SchemaStore())
+
+
 @needs_kernel
 def test_kernel_covers_the_usual_shapes():
     """The kernel writes and reads raw and Avro records itself (a kernel that handed everything
