@@ -1,5 +1,5 @@
 /* The compiled twin of cdcflow.convert.protobuf's batch messages: ``batch_bytes`` (records ->
- * the bytes of ``repeated opencdc.v1.Record records = 1``) and ``records`` (those bytes ->
+ * the bytes of ``repeated opencdc.v1.Record records = 1``) and ``from_wire`` (those bytes ->
  * Records). upb is the reference; this file covers the shape every plugin batch has in
  * practice (raw or empty data, metadata of str, fields in number order) and hands the rest to
  * Python, record by record when writing, the whole message when reading. Writing matches
@@ -561,19 +561,19 @@ done:
     return record;
 }
 
-PyDoc_STRVAR(records_doc,
-"records(message, plan) -> list | None\n\n"
+PyDoc_STRVAR(from_wire_doc,
+"from_wire(message, plan) -> list | None\n\n"
 "The records of a batch message's bytes, as protobuf.from_wire's upb path reads them, or\n"
 "None when the message is not in the usual shape (upb then reads it and names any error).\n"
 "``plan`` (protobuf._ReadPlan): ``record_type``, ``operations`` (tuple by number),\n"
 "``block_of`` (metadata entries' bytes -> protobuf._Block or None) and ``finish`` (the\n"
 "Python reference's last step, for records whose metadata names a schema).");
 
-static PyObject *records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *from_wire(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     static PyObject **const names[4] = {&s_record_type, &s_operations, &s_block_of, &s_finish};
     if (nargs != 2 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "records(message: bytes, plan)");
+        PyErr_SetString(PyExc_TypeError, "from_wire(message: bytes, plan)");
         return NULL;
     }
     PyObject *plan[4];
@@ -640,7 +640,7 @@ end:
 
 static PyMethodDef wire_methods[] = {
     {"batch_bytes", (PyCFunction)(void (*)(void))batch_bytes, METH_FASTCALL, batch_bytes_doc},
-    {"records", (PyCFunction)(void (*)(void))records, METH_FASTCALL, records_doc},
+    {"from_wire", (PyCFunction)(void (*)(void))from_wire, METH_FASTCALL, from_wire_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -446,7 +446,7 @@ def _block_of(block: bytes) -> _Block | None:
 
 
 class _ReadPlan:
-    """What the kernel's ``records`` builds records with and calls back."""
+    """What the kernel's ``from_wire`` builds records with and calls back."""
 
     __slots__ = ("record_type", "operations", "block_of", "finish")
 
@@ -469,7 +469,7 @@ def from_wire(
     """
     finish = _Finisher(store, failed)
     if _kernel is not None and type(message) is bytes:  # a buffer of another type: upb reads it
-        records = _kernel.records(message, _ReadPlan(finish))
+        records = _kernel.from_wire(message, _ReadPlan(finish))
         if records is not None:
             return records
     try:

@@ -230,7 +230,7 @@ def test_kernel_covers_the_usual_shapes():
     KERNEL.batch_bytes(raw + rows, plan)
     assert calls == []
     message = batch_bytes(raw + rows, store)
-    assert KERNEL.records(message, protobuf._ReadPlan(protobuf._Finisher(store, None))) is not None
+    assert KERNEL.from_wire(message, protobuf._ReadPlan(protobuf._Finisher(store, None))) is not None
 
 
 def _raw(n: int) -> list[Record]:
