@@ -13,9 +13,9 @@ Reading: ``raw_data`` whose metadata names a schema is decoded back to a dict
 ``structured_data`` becomes a dict via Struct's rules.
 
 The standalone path works on batch messages (``repeated opencdc.v1.Record
-records = 1``): ``to_batch`` builds one, ``from_wire`` reads the records of one's
-bytes. upb (protobuf's compiled runtime) does all the wire work; this module
-only maps records to and from its messages.
+records = 1``): ``to_batch`` builds one, ``batch_bytes`` serializes one, ``from_wire``
+reads the records of one's bytes. upb (protobuf's compiled runtime) does all the wire
+work; this module only maps records to and from its messages.
 
 A payload with one raw and one structured side cannot share one schema
 reference (the raw side would be decoded too), so its structured side is
@@ -24,10 +24,11 @@ sent as Struct.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from google.protobuf import struct_pb2
 
+from .. import accel
 from .avro import Codec
 from ..errors import ConversionError, SchemaError
 from ..pb.connector.v2 import destination_pb2
@@ -56,6 +57,8 @@ _N_OPERATIONS = len(_OPERATIONS)
 _KEY_SUBJECT = META_KEYS[KEY][0]
 _PAYLOAD_SUBJECT = META_KEYS[PAYLOAD][0]
 _AVRO, _STRUCT = "avro", "struct"
+#: the compiled twin of ``batch_bytes`` and ``from_wire`` (None: upb does it all)
+_kernel = accel.load("cdcflow.convert._wire")
 
 
 def _encode(codec: Codec, value: Any) -> bytes:
@@ -73,37 +76,57 @@ def to_proto(
         out.append(pb)
         return pb
 
-    _fill(add, records, store, structured)
+    _fill(add, records, _Preparer(store, structured))
     return out
 
 
-def _fill(add, records: Iterable[Record], store: SchemaStore | None, structured: str) -> None:
+def _fill(add, records: Iterable[Record], prepare: _Preparer) -> None:
     """``add(position=, operation=)`` a message per record, then set its metadata and data."""
-    for position, operation, metadata, key, before, after in _prepared(records, store, structured):
-        pb = add(position=position, operation=operation)
-        pb_metadata = pb.metadata
-        for k, v in metadata.items():  # faster than metadata= (upb fills a map through MutableMapping.update)
-            pb_metadata[k] = v
-        if key is not None:
-            if type(key) is bytes:
-                pb.key.raw_data = key
-            else:
-                pb.key.structured_data.CopyFrom(key)
-        if before is not None:
-            if type(before) is bytes:
-                pb.payload.before.raw_data = before
-            else:
-                pb.payload.before.structured_data.CopyFrom(before)
-        if after is not None:
-            if type(after) is bytes:
-                pb.payload.after.raw_data = after
-            else:
-                pb.payload.after.structured_data.CopyFrom(after)
+    for r in records:
+        key, before, after = r.key, r.before, r.after
+        if type(key) is dict or type(before) is dict or type(after) is dict:
+            position, operation, metadata, key, before, after = prepare(r)
+        else:  # raw data goes as it is, without a call per record
+            position, operation, metadata = r.position, r.operation, r.metadata
+        _set(add(position=position, operation=operation), metadata, key, before, after)
+
+
+def _set(pb: PbRecord, metadata: Mapping[str, str], key: Any, before: Any, after: Any) -> None:
+    pb_metadata = pb.metadata
+    for k, v in metadata.items():  # faster than metadata= (upb fills a map through MutableMapping.update)
+        pb_metadata[k] = v
+    if key is not None:
+        if type(key) is bytes:
+            pb.key.raw_data = key
+        else:
+            pb.key.structured_data.CopyFrom(key)
+    if before is None and after is None:
+        return
+    payload = pb.payload
+    if before is not None:
+        if type(before) is bytes:
+            payload.before.raw_data = before
+        else:
+            payload.before.structured_data.CopyFrom(before)
+    if after is not None:
+        if type(after) is bytes:
+            payload.after.raw_data = after
+        else:
+            payload.after.structured_data.CopyFrom(after)
+
+
+def _record_bytes(prepared: tuple) -> bytes:
+    """One record's bytes from (position, operation, metadata, key, before, after), by upb: what the
+    kernel hands back for values it does not write itself (Structs, odd types), with upb's errors."""
+    position, operation, metadata, key, before, after = prepared
+    pb = PbRecord(position=position, operation=operation)
+    _set(pb, metadata, key, before, after)
+    return pb.SerializeToString(deterministic=True)
 
 
 def to_wire(records: Iterable[Record], store: SchemaStore | None = None, structured: str = _AVRO) -> list[bytes]:
     """Each record's ``opencdc.v1.Record`` bytes (upb serializes ``to_proto``'s messages)."""
-    return [pb.SerializeToString() for pb in to_proto(records, store, structured)]
+    return [pb.SerializeToString(deterministic=True) for pb in to_proto(records, store, structured)]
 
 
 def to_batch(
@@ -115,20 +138,52 @@ def to_batch(
     it in one upb call; ``to_proto``'s messages would be copied into it.
     """
     batch = BatchMessage()
-    _fill(batch.records.add, records, store, structured)
+    _fill(batch.records.add, records, _Preparer(store, structured))
     return batch
 
 
-def _prepared(records: Iterable[Record], store: SchemaStore | None, structured: str):
-    """Per record: (position, operation, metadata, key, before, after), each data side None, the
-    bytes for ``raw_data`` or a Struct for ``structured_data``; metadata with the schema references."""
+#: records per piece of ``batch_bytes``: a piece of a few hundred KB is still in the CPU's
+#: cache when upb serializes it, one of a few MB is not
+PIECE_RECORDS = 200
+
+
+class _WritePlan:
+    """What the kernel's ``batch_bytes`` calls back: ``prepare`` for a record with a dict side,
+    ``serialize`` (``_record_bytes``) for values it does not write, and the operation enum."""
+
+    __slots__ = ("prepare", "serialize", "operation_type")
+
+    def __init__(self, prepare: _Preparer):
+        self.prepare = prepare
+        self.serialize = _record_bytes
+        self.operation_type = Operation
+
+
+def batch_bytes(records: Sequence[Record], store: SchemaStore | None = None, structured: str = _AVRO) -> bytes:
+    """The bytes of a batch message holding the records: ``to_batch(records)`` serialized.
+
+    Serialization is deterministic (map entries in upb's sorted order), so the compiled twin
+    writes the same bytes. Why in pieces: upb serializes a batch built ``PIECE_RECORDS`` records
+    at a time while it is still in the CPU's cache; the pieces' bytes, concatenated, are one batch
+    message with all their records (protobuf appends the elements of a repeated field across
+    concatenated messages). The pieces share one ``_Preparer``, so the schema choice of a batch
+    is made once, as in ``to_batch``.
+    """
     prepare = _Preparer(store, structured)
-    for r in records:
-        yield prepare(r)
+    if _kernel is not None:
+        return _kernel.batch_bytes(records, _WritePlan(prepare))
+    parts: list[bytes] = []
+    for start in range(0, len(records), PIECE_RECORDS):
+        piece = BatchMessage()
+        _fill(piece.records.add, records[start:start + PIECE_RECORDS], prepare)
+        parts.append(piece.SerializeToString(deterministic=True))
+    return b"".join(parts)
 
 
 class _Preparer:
-    """Prepares the records of one batch one by one (see ``_prepared``).
+    """Prepares the structured records of one batch one by one: per record (position, operation,
+    metadata, key, before, after), each data side None, the bytes for ``raw_data`` or a Struct
+    for ``structured_data``; metadata with the schema references.
 
     Records of a batch mostly look alike: a structured record with the same metadata and the
     same data shape as the one before tries the schemas that one got first, which is the choice
@@ -147,9 +202,7 @@ class _Preparer:
         self.last: _LastChoice | None = None
 
     def __call__(self, r: Record) -> tuple:
-        key, before, after = r.key, r.before, r.after
-        if not (type(key) is dict or type(before) is dict or type(after) is dict):
-            return r.position, r.operation, r.metadata, key, before, after
+        """``r`` prepared; ``r`` has a dict on at least one side (``_fill`` passes raw records by)."""
         if self.as_struct:
             return _structured(r, None, True)[0]
         last = self.last
@@ -164,7 +217,7 @@ class _Preparer:
 
 
 class _LastChoice:
-    """The schemas a structured record got, to try first on the next record (see ``_prepared``)."""
+    """The schemas a structured record got, to try first on the next record (see ``_Preparer``)."""
 
     __slots__ = ("metadata", "types", "encode_key", "encode_payload", "out_metadata")
 
@@ -267,46 +320,77 @@ def _struct(value: dict, position: bytes, where: str) -> struct_pb2.Struct:
 
 def from_proto(pbs: Iterable[PbRecord], store: SchemaStore | None = None) -> list[Record]:
     """Build records; raw data named by a schema reference is decoded with the store's schema."""
-    refs: list[SchemaRefs | None] = [None]  # looked up once, when the first reference shows up
-    codecs: dict[tuple[str, str], Codec] = {}  # this batch's schemas by the metadata's (subject, version)
-    return [_from_pb(pb, store, refs, codecs) for pb in pbs]
+    finish = _Finisher(store, None)
+    return [finish(index, *_fields(pb)) for index, pb in enumerate(pbs)]
 
 
-def _from_pb(pb: PbRecord, store: SchemaStore | None, refs: list, codecs: dict) -> Record:
+def _fields(pb: PbRecord) -> tuple:
+    """(position, operation number, metadata, key, before, after) of a message: raw data as bytes,
+    structured data as dicts (``_Finisher`` decodes what a schema reference names)."""
     pb_metadata = pb.metadata
     metadata = {k: pb_metadata[k] for k in pb_metadata}  # faster than dict() on a pb map
-    operation = pb.operation
-    if not 0 <= operation < _N_OPERATIONS:
-        raise ConversionError(f"record at position {pb.position!r}: unknown operation number {operation}")
-    key = _data(pb.key) if pb.HasField("key") else None
+    # raw data read in line, without a call per side
+    key = before = after = None
+    if pb.HasField("key"):
+        d = pb.key
+        key = d.raw_data if d.HasField("raw_data") else _structured_data(d)
     if pb.HasField("payload"):
         payload = pb.payload
-        before = _data(payload.before) if payload.HasField("before") else None
-        after = _data(payload.after) if payload.HasField("after") else None
-    else:
-        before = after = None
-    if (
-        type(key) is bytes and _KEY_SUBJECT in metadata
-        or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
-    ):
-        if refs[0] is None:
-            refs[0] = refs_for(store)
-        derived = pop_derived(metadata)
-        position = pb.position
-        if type(key) is bytes:
-            key = _decode(refs[0], codecs, metadata, KEY, key, position)
-        if type(before) is bytes:
-            before = _decode(refs[0], codecs, metadata, PAYLOAD, before, position)
-        if type(after) is bytes:
-            after = _decode(refs[0], codecs, metadata, PAYLOAD, after, position)
-        if derived:
-            drop_refs(metadata, derived)
-    return Record(pb.position, _OPERATIONS[operation], metadata, key, before, after)
+        if payload.HasField("before"):
+            d = payload.before
+            before = d.raw_data if d.HasField("raw_data") else _structured_data(d)
+        if payload.HasField("after"):
+            d = payload.after
+            after = d.raw_data if d.HasField("raw_data") else _structured_data(d)
+    return pb.position, pb.operation, metadata, key, before, after
 
 
-def _data(d: opencdc_pb2.Data) -> Any:
-    if d.HasField("raw_data"):
-        return d.raw_data
+class _Finisher:
+    """The last step of reading a record, shared by upb's path and the kernel's: the operation
+    checked, raw data a schema reference names decoded (the batch's schemas looked up once), the
+    Record built. With ``failed``, a record that does not convert is None, its error kept by index."""
+
+    __slots__ = ("store", "refs", "codecs", "failed")
+
+    def __init__(self, store: SchemaStore | None, failed: dict[int, tuple[bytes, Exception]] | None):
+        self.store = store
+        self.refs: SchemaRefs | None = None  # looked up once, when the first reference shows up
+        self.codecs: dict[tuple[str, str], Codec] = {}  # by the metadata's (subject, version)
+        self.failed = failed
+
+    def __call__(self, index: int, position: bytes, operation: int, metadata: dict, key, before, after):
+        if self.failed is None:
+            return self.record(position, operation, metadata, key, before, after)
+        try:
+            return self.record(position, operation, metadata, key, before, after)
+        except (ConversionError, SchemaError) as e:
+            self.failed[index] = (position, e)
+            return None
+
+    def record(self, position: bytes, operation: int, metadata: dict, key, before, after) -> Record:
+        if not 0 <= operation < _N_OPERATIONS:
+            raise ConversionError(f"record at position {position!r}: unknown operation number {operation}")
+        if (
+            type(key) is bytes and _KEY_SUBJECT in metadata
+            or (type(before) is bytes or type(after) is bytes) and _PAYLOAD_SUBJECT in metadata
+        ):
+            if self.refs is None:
+                self.refs = refs_for(self.store)
+            refs, codecs = self.refs, self.codecs
+            derived = pop_derived(metadata)
+            if type(key) is bytes:
+                key = _decode(refs, codecs, metadata, KEY, key, position)
+            if type(before) is bytes:
+                before = _decode(refs, codecs, metadata, PAYLOAD, before, position)
+            if type(after) is bytes:
+                after = _decode(refs, codecs, metadata, PAYLOAD, after, position)
+            if derived:
+                drop_refs(metadata, derived)
+        return Record(position, _OPERATIONS[operation], metadata, key, before, after)
+
+
+def _structured_data(d: opencdc_pb2.Data) -> Any:
+    """A ``Data`` without raw bytes: its Struct as a dict, or None when neither is set."""
     if d.HasField("structured_data"):
         return from_struct(d.structured_data)
     return None
@@ -342,33 +426,57 @@ def _codec(refs: SchemaRefs, codecs: dict, subject: str, version: str, part: str
 
 # -- batch messages ---------------------------------------------------------------------
 
+class _Block:
+    """A run of metadata map entries as upb reads it, for the kernel: the metadata, and whether
+    it names a schema (then the kernel leaves the record to ``_Finisher``)."""
+
+    __slots__ = ("metadata", "decode")
+
+    def __init__(self, metadata: dict[str, str]):
+        self.metadata = metadata
+        self.decode = _KEY_SUBJECT in metadata or _PAYLOAD_SUBJECT in metadata
+
+
+def _block_of(block: bytes) -> _Block | None:
+    """``block``'s ``_Block``; None when upb refuses it (upb's path then names the error)."""
+    try:
+        return _Block(_metadata_of(block))
+    except ValueError:
+        return None
+
+
+class _ReadPlan:
+    """What the kernel's ``from_wire`` builds records with and calls back."""
+
+    __slots__ = ("record_type", "operations", "block_of", "finish")
+
+    def __init__(self, finish: _Finisher):
+        self.record_type = Record
+        self.operations = _OPERATIONS
+        self.block_of = _block_of
+        self.finish = finish
+
+
 def from_wire(
     message: bytes, store: SchemaStore | None = None,
     failed: dict[int, tuple[bytes, Exception]] | None = None,
 ) -> list[Record | None]:
-    """The records of a batch message's bytes: upb parses the message, ``from_proto`` converts.
+    """The records of a batch message's bytes: upb parses the message, ``_Finisher`` converts.
 
     Without ``failed`` the first record that does not convert raises. With it,
     such a record is None in the list and ``failed[index] = (position, error)``.
     Bytes that are not a valid message raise ConversionError either way.
     """
+    finish = _Finisher(store, failed)
+    if _kernel is not None and type(message) is bytes:  # a buffer of another type: upb reads it
+        records = _kernel.from_wire(message, _ReadPlan(finish))
+        if records is not None:
+            return records
     try:
         pbs = BatchMessage.FromString(message).records
     except Exception as e:  # noqa: BLE001 - upb's DecodeError
         raise ConversionError(f"malformed batch message ({len(message)} bytes): {e}") from None
-    if failed is None:
-        return from_proto(pbs, store)
-    refs: list[SchemaRefs | None] = [None]
-    codecs: dict[tuple[str, str], Codec] = {}
-    out: list[Record | None] = []
-    append = out.append
-    for index, pb in enumerate(pbs):
-        try:
-            append(_from_pb(pb, store, refs, codecs))
-        except (ConversionError, SchemaError) as e:
-            failed[index] = (pb.position, e)
-            append(None)
-    return out
+    return [finish(index, *_fields(pb)) for index, pb in enumerate(pbs)]
 
 
 def _metadata_of(block: bytes) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 Every batch message of the protocols (``Destination.Run.Request``,
 ``Source.Run.Response``, ``Process.Request``) holds its records in field 1;
-upb builds and serializes them (``cdcflow.convert.protobuf.to_batch``). A batch
+``cdcflow.convert.protobuf.batch_bytes`` writes them (its compiled twin, or upb). A batch
 too big for one message is split at record boundaries. A single record over the
 limit cannot be sent at all and gets an error instead.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..convert.protobuf import BatchMessage, to_batch
+from ..convert.protobuf import BatchMessage, batch_bytes, to_batch
 from ..pb.connector.v2 import destination_pb2
 from ..record import Record
 from ..schemas import SchemaStore
@@ -39,13 +39,13 @@ def frame_records(
     messages: list[tuple[bytes, list[int]]] = []
     oversized: dict[int, str] = {}
     for start in range(0, len(records), MESSAGE_RECORDS):
-        batch = to_batch(records[start:start + MESSAGE_RECORDS], store, structured)
-        data = batch.SerializeToString()
+        chunk = records[start:start + MESSAGE_RECORDS]
+        data = batch_bytes(chunk, store, structured)
         first = first_index + start
         if len(data) <= limit - _HEADROOM:  # the usual case: the records fit one message
-            messages.append((data, list(range(first, first + len(batch.records)))))
-        else:
-            more, too_big_here = _split(batch.records, limit, first)
+            messages.append((data, list(range(first, first + len(chunk)))))
+        else:  # rare (records of MBs): upb's messages tell each record's size
+            more, too_big_here = _split(to_batch(chunk, store, structured).records, limit, first)
             messages += more
             oversized.update(too_big_here)
     return messages, oversized
@@ -66,13 +66,13 @@ def _split(pbs: Sequence, limit: int, first_index: int) -> tuple[list[tuple[byte
             oversized[i] = too_big(record_size, limit)
             continue
         if size + n > budget and group:
-            messages.append((BatchMessage(records=group).SerializeToString(), indexes))
+            messages.append((BatchMessage(records=group).SerializeToString(deterministic=True), indexes))
             group, indexes, size = [], [], 0
         group.append(pb)
         indexes.append(i)
         size += n
     if group:
-        messages.append((BatchMessage(records=group).SerializeToString(), indexes))
+        messages.append((BatchMessage(records=group).SerializeToString(deterministic=True), indexes))
     return messages, oversized
 
 

@@ -3,9 +3,11 @@
 ``framing.frame_records`` (records → batch messages, what the host sends) and
 ``convert.protobuf.from_wire`` (batch messages → records, what the plugin reads), on
 10 000 records: the ``bench_standalone`` raw 1 KB and structured (Avro, ten fields) records.
-process_time, best of N, one thread; run it pinned:
+process_time, best of N, one thread, with the heap policy both processes use; run it pinned,
+with the wire kernel (as installed) and without it (upb's path):
 
     taskset -c 0 .venv/bin/python tests/benchmarks/bench_wire.py [--records N] [--rounds N]
+    CDCFLOW_KERNELS_OFF=_wire taskset -c 0 .venv/bin/python tests/benchmarks/bench_wire.py
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from bench_standalone import raw_records, structured_records
 
 from cdcflow.convert import protobuf
+from cdcflow.engine.spark.heap import keep_freed_memory
 from cdcflow.schemas import SchemaStore
 from cdcflow.standalone.framing import frame_records
 
@@ -35,6 +38,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    keep_freed_memory()  # as host and plugin do (standalone.serve): freed batch buffers stay mapped
     print(f"{'payload':<12}{'frame_records µs/rec':>22}{'from_wire µs/rec':>18}")
     for label, make in (("raw 1KB", raw_records), ("structured", structured_records)):
         store = SchemaStore()

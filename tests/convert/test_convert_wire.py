@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdcflow.convert.protobuf import PbRecord, to_proto, to_wire
+from cdcflow.convert import protobuf
+from cdcflow.convert.protobuf import PbRecord, batch_bytes, to_batch, to_proto, to_wire
 from cdcflow.errors import ConversionError
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
@@ -29,6 +30,27 @@ def test_wire_bytes_parse_to_the_proto_messages(batch, structured):
         return
     wire = to_wire(batch, SchemaStore(), structured)
     assert [PbRecord.FromString(w) for w in wire] == pbs
+
+
+@SETTINGS
+@given(st.lists(records(mixed_payload=True), max_size=7), st.sampled_from(["avro", "struct"]))
+def test_batch_bytes_are_one_batch_message_of_all_pieces(batch, structured):
+    """Pieces of two records: their bytes joined are the batch message of the whole batch,
+    and the schema choice runs through the pieces as through one message."""
+    try:
+        expected = to_batch(batch, SchemaStore(), structured)
+    except ConversionError as e:
+        with pytest.raises(ConversionError) as info:
+            batch_bytes(batch, SchemaStore(), structured)
+        assert str(info.value) == str(e)
+        return
+    old, protobuf.PIECE_RECORDS = protobuf.PIECE_RECORDS, 2
+    kernel, protobuf._kernel = protobuf._kernel, None  # upb's pieces (the kernel: test_wire_twin.py)
+    try:
+        data = batch_bytes(batch, SchemaStore(), structured)
+    finally:
+        protobuf.PIECE_RECORDS, protobuf._kernel = old, kernel
+    assert data == expected.SerializeToString(deterministic=True)
 
 
 def test_empty_data_and_defaults_are_kept():

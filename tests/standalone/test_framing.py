@@ -35,6 +35,21 @@ def test_batches_split_at_the_limit_and_refuse_oversized_records():
         assert len(data) <= 1200
 
 
+def test_a_split_runs_across_the_pieces_a_message_is_built_in():
+    from cdcflow.convert.protobuf import PIECE_RECORDS
+
+    n = 2 * PIECE_RECORDS + 50
+    big = PIECE_RECORDS + 3  # an oversized record in the second piece
+    records = [Record(position=b"%d" % i, after=b"x" * (3000 if i == big else 100)) for i in range(n)]
+    messages, oversized = frame_records(records, None, "avro", 2000, first_index=5)
+    assert list(oversized) == [big + 5]
+    assert [i for _, indexes in messages for i in indexes] == [i + 5 for i in range(n) if i != big]
+    positions = [pb.position for data, _ in messages
+                 for pb in destination_pb2.Destination.Run.Request.FromString(data).records]
+    assert positions == [r.position for i, r in enumerate(records) if i != big]
+    assert all(len(data) <= 2000 for data, _ in messages)
+
+
 def test_a_batch_within_the_limit_is_one_message():
     records = [Record(position=str(i).encode(), metadata={"a": "b"}, key=b"k", after=b"x" * 100) for i in range(50)]
     messages, oversized = frame_records(records, None, "avro", 1 << 20, first_index=3)
