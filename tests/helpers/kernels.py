@@ -21,6 +21,7 @@ from cdcflow import accel
 from cdcflow.connectors.ticdc.canal_json import encode as _cj_encode
 from cdcflow.connectors.ticdc.csv import decode as _csv_decode
 from cdcflow.connectors.ticdc.csv import encode as _csv_encode
+from cdcflow.connectors.ticdc.events import RowChange
 from cdcflow.connectors.ticdc.open_protocol import decode as _op_decode
 from cdcflow.connectors.ticdc.open_protocol import encode as _op_encode
 
@@ -61,6 +62,18 @@ OPEN_DECODE = Kernel("cdcflow.connectors.ticdc.open_protocol._open_protocol_deco
                      ((_op_decode, "_decode_kernel"),))
 OPEN_ENCODE = Kernel("cdcflow.connectors.ticdc.open_protocol._open_protocol_encode",
                      ((_op_encode, "_encode_kernel"),))
+
+
+def strict(value: Any) -> str:
+    """A type-strict rendering of a codec's result: repr tells int from float from bool, Decimal
+    exponents, -0.0, str from bytes, date from datetime; events by their fields."""
+    if isinstance(value, _csv_decode.CsvColumns):
+        # its rows as events: the kernel may read column-wise a file the Python reader reads
+        # row-wise (it sees which field was quoted; Python only that a quoted NULL text occurs)
+        value = value.events()
+    if isinstance(value, list) and value and isinstance(value[0], RowChange):
+        value = [(e.table.collection, e.kind, e.commit_ts, e.row, e.old, e.extra) for e in value]
+    return repr(value)
 
 
 def outcome(fn: Callable[[], Any], form: Callable[[Any], Any] = lambda value: value) -> tuple:

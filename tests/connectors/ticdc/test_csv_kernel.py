@@ -16,7 +16,7 @@ import decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from helpers.kernels import CSV, both
+from helpers.kernels import CSV, both, strict
 from helpers.tidb_strategies import rows, tables
 
 from cdcflow.connectors.ticdc import csv as tcsv
@@ -41,18 +41,6 @@ OPTIONS = [
     tcsv.CsvOptions(quote="1", delimiter=","),  # a quote digits contain: DECIMAL/DATE forms go careful
 ]
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def strict(value) -> str:
-    """A type-strict rendering: repr tells int from float from bool, Decimal exponents, -0.0,
-    str from bytes, date from datetime."""
-    if isinstance(value, tcsv.CsvColumns):
-        # its rows as events: the kernel may read column-wise a file the Python reader reads
-        # row-wise (it sees which field was quoted; Python only that a quoted NULL text occurs)
-        value = value.events()
-    if isinstance(value, list) and value and isinstance(value[0], RowChange):
-        return repr([(e.table.collection, e.kind, e.commit_ts, e.row, e.old, e.extra) for e in value])
-    return repr(value)
 
 
 def assert_same_decode(table: TableSchema, o: tcsv.CsvOptions, data: bytes, start_line: int = 1) -> None:

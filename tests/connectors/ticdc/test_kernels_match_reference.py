@@ -17,11 +17,9 @@ inputs.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import HealthCheck, given, settings
-from helpers.kernels import CANAL_JSON, CSV, OPEN_DECODE, OPEN_ENCODE, Kernel, both, outcome
+from helpers.kernels import CANAL_JSON, CSV, OPEN_DECODE, OPEN_ENCODE, Kernel, both, outcome, strict
 from helpers.tidb_strategies import tables_and_rows
 
 from cdcflow import accel
@@ -43,15 +41,6 @@ def test_every_text_codec_kernel_is_listed_here():
     """A kernel added to (or removed from) accel.KERNELS for a TiCDC codec shows up here."""
     listed = {k.name for k in KERNELS}
     assert {k for k in accel.KERNELS if k.startswith("cdcflow.connectors.ticdc.")} == listed
-
-
-def strict(value: Any) -> str:
-    """Type-strict rendering of a result: events by their fields, everything else by repr."""
-    if isinstance(value, tcsv.CsvColumns):
-        value = value.events()
-    if isinstance(value, list) and value and isinstance(value[0], RowChange):
-        value = [(e.table.collection, e.kind, e.commit_ts, e.row, e.old) for e in value]
-    return repr(value)
 
 
 def events_of(table, rows) -> list[RowChange]:
