@@ -460,8 +460,9 @@ static void Plan_dealloc(Plan *p)
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
-/* (name: str, key: bytes, kind: int, param: int, convert: callable, enum_texts: dict|None,
- *  promote_limit: int|None) */
+/* One column: mirrors the Python NamedTuple canal_json/encode.py KernelColumn, read by position
+ * (name: str, key: bytes, kind: int, param: int, convert: callable, enum_texts: dict|None,
+ *  promote_limit: int|None). */
 static int column_from_tuple(column_plan *c, PyObject *t)
 {
     PyObject *name, *key, *convert, *enum_texts, *limit;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from cdcflow import accel
@@ -79,6 +79,19 @@ def _kernel_kind(col: Column, conv: Callable[[Any], str]) -> tuple[int, int]:
     return k.K_CALL, -1
 
 
+class KernelColumn(NamedTuple):
+    """One column of the compiled writer's ``Plan`` (``_canal_json.c`` ``column_from_tuple``, C
+    struct ``column_plan``), read by position."""
+
+    name: str  #: the row dict's key
+    key: bytes  #: ``"name":`` as JSON
+    kind: int  #: a ``K_*`` kind the kernel formats itself, or ``K_CALL``
+    param: int  #: DECIMAL scale, DATETIME/TIME fsp, else -1
+    convert: Callable  #: the column's Python formatter (``value_formatter``), for values off the fast path
+    enum_texts: dict | None  #: ENUM element -> its index text (``K_ENUM`` only)
+    promote_limit: int | None  #: unsigned types: above this the sqlType is promoted (``_UNSIGNED_PROMOTION``)
+
+
 def _kernel_plan(plan: "_EncodePlan", head: bytes, tidb_extension: bool, changed_only: bool):
     """The compiled writer for ``plan``'s table: the message's constant JSON pieces (the bytes
     ``_encode_row`` writes around the row images), and per column its key, kind and Python formatter."""
@@ -89,7 +102,8 @@ def _kernel_plan(plan: "_EncodePlan", head: bytes, tidb_extension: bool, changed
         key = _dumps(name) + b":"
         kind, param = _kernel_kind(col, conv)
         enum_texts = {e: str(i + 1) for i, e in enumerate(col.elements)} if kind == _kernel.K_ENUM else None
-        columns.append((name, key, kind, param, conv, enum_texts, limits.get(name)))
+        columns.append(KernelColumn(name=name, key=key, kind=kind, param=param, convert=conv, enum_texts=enum_texts,
+                                    promote_limit=limits.get(name)))
     kinds = (INSERT, UPDATE, DELETE)
     return _kernel.Plan(
         table=table, row_change_type=RowChange, kinds=kinds,

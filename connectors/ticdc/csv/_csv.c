@@ -458,7 +458,8 @@ static int append_value(column_state *c, const field *f, const dialect *d)
 
 /* ------------------------------------------------------------------ decode: the file */
 
-/* The decode plan (csv/decode.py _decode_plan), unpacked once per call. */
+/* The decode plan, unpacked once per call. It mirrors the Python NamedTuple csv/decode.py DecodePlan
+ * (built by _decode_plan): unpack_decode_plan reads its fields by position, in that class's order. */
 typedef struct {
     dialect d;
     Py_ssize_t meta;          /* meta fields before the columns, with the handle-key field */
@@ -771,6 +772,7 @@ done:
 
 /* ------------------------------------------------------------------ encode */
 
+/* One column of the encode plan: mirrors csv/encode.py EncodeColumn, field for field. */
 typedef struct {
     PyObject *name;   /* str key of the row dict */
     int kind;
@@ -788,6 +790,7 @@ typedef struct {
     out_column *cols;
 } encode_plan;
 
+/* The encode plan mirrors csv/encode.py EncodePlan (built by _Writer._encode_plan), read by position. */
 static int unpack_encode_plan(PyObject *plan, encode_plan *p)
 {
     PyObject *delimiter, *terminator, *null, *quote, *columns;
@@ -1360,6 +1363,7 @@ enum {
     JK_TEXT = 6,     /* DK_TEXT column of an Avro string */
 };
 
+/* One column of the transcode plan: mirrors csv/decode.py JsonColumn, field for field. */
 typedef struct {
     int kind, nullable;
     int precision, scale; /* JK_DECIMAL; JK_INT: precision 1 = bigint (any 20 digits) */
@@ -1367,7 +1371,8 @@ typedef struct {
     Py_ssize_t name_len;
 } json_column;
 
-/* The transcode plan (csv/decode.py _TranscodePlan.columns), unpacked once per call; texts borrowed. */
+/* The transcode plan, unpacked once per call; texts borrowed. It mirrors csv/decode.py JsonPlan
+ * (columns: JsonColumn each, key: JsonKey each), read by position. */
 typedef struct {
     Py_ssize_t ncols, nkey;
     json_column *cols;
@@ -1805,8 +1810,8 @@ static const char line_after[] = ",\"after\":";
 static const char line_end[] = "}}\n";
 #define LIT(s) (Py_ssize_t)(sizeof(s) - 1)
 
-/* The lines plan (csv/decode.py _TranscodePlan.lines): the metadata texts around the two commit ts
- * values and the operations' JSON texts; borrowed. */
+/* The lines plan (mirrors csv/decode.py LinesPlan, field for field): the metadata texts around the
+ * two commit ts values and the operations' JSON texts; borrowed. */
 typedef struct {
     PyObject *md_head, *md_mid, *md_tail, *op_create, *op_update, *op_delete;
 } lines_plan;

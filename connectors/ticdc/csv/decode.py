@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice as _islice
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from cdcflow.connectors.ticdc.canal_json.schema import parse_time as _parse_time_in_range
@@ -76,10 +76,33 @@ _DECODE_KINDS = ((int, 1), (float, 2), (_decimal.Decimal, 3), (parse_date, 4), (
                  (_parse_time_in_range, 6), (_from_base64, 7), (_from_hex, 8))
 
 
-def _decode_plan(table: TableSchema, options: CsvOptions) -> tuple | None:
-    """The compiled reader's plan (``_csv.c`` ``decode``) for what ``_column_wise`` reads, or
-    None where it does not apply (is-update pairs, a dialect ``csv.reader`` is not used for or
-    that is not one byte per character)."""
+class DecodePlan(NamedTuple):
+    """What the compiled reader (``_csv.c`` ``decode`` and ``transcode``, C struct ``decode_plan``)
+    reads of one table and its options. The C side unpacks it by position, so the field order is
+    the one ``unpack_decode_plan`` parses; built by ``_decode_plan``."""
+
+    delimiter: bytes  #: one byte
+    quote: bytes  #: one byte
+    null: bytes  #: the NULL text
+    meta_count: int  #: fields before the columns (operation, table, schema, commit ts, handle key)
+    include_commit_ts: bool
+    output_handle_key: bool  #: a row may lack the handle-key field (TiCDC v8 writes none)
+    table: bytes  #: the table name every row's second field must equal
+    schema: bytes  #: the schema name every row's third field must equal
+    header: tuple  #: the header line's fields (bytes), checked when the file has one
+    header_alt: tuple | None  #: the same without the handle-key field, or None
+    kinds: tuple  #: per column its DK_* kind (``_DK_TEXT`` .. ``_DK_CALL``)
+    carefuls: tuple  #: per column its Python parser (None for text), called for ``_DK_CALL``
+    op_create: Operation
+    op_update: Operation
+    op_delete: Operation
+    field_limit: int  #: ``csv.field_size_limit()`` when the plan was made: longer fields go back
+
+
+def _decode_plan(table: TableSchema, options: CsvOptions) -> DecodePlan | None:
+    """The compiled reader's plan for what ``_column_wise`` reads, or None where it does not
+    apply (is-update pairs, a dialect ``csv.reader`` is not used for or that is not one byte per
+    character)."""
     o = options
     if (o.output_old_value or len(o.delimiter) != 1 or len(o.quote) != 1 or o.terminator not in ("\r\n", "\n")
             or not (o.delimiter + o.quote).isascii()):
@@ -91,19 +114,16 @@ def _decode_plan(table: TableSchema, options: CsvOptions) -> tuple | None:
         carefuls.append(careful)
     want = header_line(table, o)[: -len(o.terminator)].split(o.delimiter)
     try:
-        header = tuple(w.encode() for w in want)
-        alt = tuple(w.encode() for w in want if w != HEADER_HANDLE_KEY) if o.output_handle_key else None
-        names = (o.delimiter.encode(), o.quote.encode(), o.null.encode())
-        table_names = (table.table.encode(), table.schema.encode())
+        return DecodePlan(
+            delimiter=o.delimiter.encode(), quote=o.quote.encode(), null=o.null.encode(), meta_count=o.meta_count,
+            include_commit_ts=o.include_commit_ts, output_handle_key=o.output_handle_key,
+            table=table.table.encode(), schema=table.schema.encode(), header=tuple(w.encode() for w in want),
+            header_alt=(tuple(w.encode() for w in want if w != HEADER_HANDLE_KEY) if o.output_handle_key
+                        else None),
+            kinds=tuple(kinds), carefuls=tuple(carefuls), op_create=Operation.CREATE, op_update=Operation.UPDATE,
+            op_delete=Operation.DELETE, field_limit=_stdcsv.field_size_limit())
     except UnicodeEncodeError:
         return None
-    return (*names, o.meta_count, o.include_commit_ts, o.output_handle_key, *table_names, header, alt,
-            tuple(kinds), tuple(carefuls), Operation.CREATE, Operation.UPDATE, Operation.DELETE,
-            _stdcsv.field_size_limit())
-
-
-#: where ``_decode_plan`` puts the column kinds (the transcoder's plan is built from them)
-_PLAN_KINDS = -6
 
 
 class CsvDecoder:
@@ -177,7 +197,7 @@ class CsvDecoder:
         if hit is None or hit[0] is not store:
             if len(self._json_plans) > 64:
                 self._json_plans.clear()
-            hit = self._json_plans[id(store)] = (store, _transcode_plan(self.table, store, self._kernel_plan[_PLAN_KINDS]))
+            hit = self._json_plans[id(store)] = (store, _transcode_plan(self.table, store, self._kernel_plan.kinds))
         plan = hit[1]
         if plan is None:
             return None
@@ -609,16 +629,52 @@ def _float_json(value: float) -> bytes:
     return _NONFINITE_JSON[repr(value)]
 
 
+class JsonColumn(NamedTuple):
+    """One column of the transcoder's plan (``_csv.c`` ``unpack_json_plan``, C struct ``json_column``)."""
+
+    kind: int  #: its JK_* kind (``_JK_INT`` .. ``_JK_TEXT``)
+    nullable: bool  #: NULL is written as null (else the file goes back to Python)
+    precision: int  #: DECIMAL precision (1 for BIGINT UNSIGNED: any integer of up to 20 digits)
+    scale: int  #: DECIMAL scale
+    name: bytes  #: ``{"name":`` (first column) or ``,"name":``, as JSON
+
+
+class JsonKey(NamedTuple):
+    """One handle-key column of the transcoder's plan."""
+
+    column: int  #: its index among the table's columns
+    name: bytes  #: ``{"name":`` or ``,"name":``, as JSON
+
+
+class JsonPlan(NamedTuple):
+    """The transcoder's column plan (``_csv.c`` ``transcode``, C struct ``json_plan``), by position."""
+
+    columns: tuple  #: a ``JsonColumn`` per table column
+    key: tuple  #: a ``JsonKey`` per handle-key column (empty: the records have no key)
+    dumps: Callable  #: ``orjson.dumps``, for texts the kernel does not escape itself
+    float_json: Callable  #: ``_float_json``, for floats whose text is not Python's repr
+
+
+class LinesPlan(NamedTuple):
+    """The line assembler's plan (``_csv.c`` ``json_lines``, C struct ``lines_plan``): the
+    metadata JSON around the two values each row sets, then the operations' JSON texts."""
+
+    md_head: bytes  #: the metadata up to the createdAt value
+    md_mid: bytes  #: between the createdAt and the commit-ts values
+    md_tail: bytes  #: after the commit-ts value
+    op_create: bytes
+    op_update: bytes
+    op_delete: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class _TranscodePlan:
-    """Per (table, options, store): the transcoder's column plan (``columns``: per column its
-    JSON kind, nullability, precision/scale and pre-rendered JSON name; the key's column
-    indexes and names; the float fallback) and the line assembler's (``lines``: the metadata
-    JSON around the createdAt / commit-ts values, the operations' JSON texts), plus the
-    metadata keys every row already has (an ``extra`` key among them is left to Python)."""
+    """Per (table, options, store): the transcoder's column plan (``columns``) and the line
+    assembler's (``lines``), plus the metadata keys every row already has (an ``extra`` key
+    among them is left to Python)."""
 
-    columns: tuple
-    lines: tuple
+    columns: JsonPlan
+    lines: LinesPlan
     metadata_keys: frozenset
 
 
@@ -640,8 +696,10 @@ def _transcode_plan(table: TableSchema, store, decode_kinds: tuple) -> _Transcod
             precision = 1  # any integer of up to 20 digits (the schema's decimal(20, 0))
         if jk == _JK_DECIMAL and not (0 <= scale <= precision):
             return None
-        columns.append((jk, col.nullable, precision, scale, (b"," if i else b"{") + orjson.dumps(col.name) + b":"))
-    key = tuple((k, (b"," if j else b"{") + orjson.dumps(names[k]) + b":") for j, k in enumerate(key_indexes))
+        columns.append(JsonColumn(kind=jk, nullable=col.nullable, precision=precision, scale=scale,
+                                  name=(b"," if i else b"{") + orjson.dumps(col.name) + b":"))
+    key = tuple(JsonKey(column=k, name=(b"," if j else b"{") + orjson.dumps(names[k]) + b":")
+                for j, k in enumerate(key_indexes))
     # the metadata: constant texts around the two values each row sets (in the template's order)
     if not all(type(k) is str and type(v) is str for k, v in template.items()):
         return None
@@ -658,8 +716,12 @@ def _transcode_plan(table: TableSchema, store, decode_kinds: tuple) -> _Transcod
         else:
             current.append(sep + orjson.dumps(k) + b":" + orjson.dumps(v))
     pieces.append(b"".join(current))
-    ops = tuple(orjson.dumps(op.text) for op in (Operation.CREATE, Operation.UPDATE, Operation.DELETE))
-    return _TranscodePlan((tuple(columns), key, orjson.dumps, _float_json), (*pieces, *ops), frozenset(template))
+    md_head, md_mid, md_tail = pieces
+    lines = LinesPlan(md_head=md_head, md_mid=md_mid, md_tail=md_tail,
+                      op_create=orjson.dumps(Operation.CREATE.text), op_update=orjson.dumps(Operation.UPDATE.text),
+                      op_delete=orjson.dumps(Operation.DELETE.text))
+    return _TranscodePlan(JsonPlan(columns=tuple(columns), key=key, dumps=orjson.dumps, float_json=_float_json),
+                          lines, frozenset(template))
 
 
 class CsvJsonRows:

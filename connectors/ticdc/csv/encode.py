@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat as _repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 from cdcflow.connectors.ticdc.canal_json.schema import _int_text, _str_text
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue, UnsupportedEvent
@@ -33,6 +33,28 @@ _DIGITS = "0123456789"
 _EK_CALL, _EK_INT, _EK_GO_FLOAT, _EK_STR, _EK_DECIMAL, _EK_DATE, _EK_DATETIME, _EK_BASE64, _EK_HEX = range(9)
 _FORM_CHARS = {"DECIMAL": frozenset(_DIGITS + "-."), "DATE": frozenset(_DIGITS + "-"),
                "DATETIME": frozenset(_DIGITS + "-: ."), "TIMESTAMP": frozenset(_DIGITS + "-: .")}
+
+
+class EncodeColumn(NamedTuple):
+    """One column of the compiled writer's plan (``_csv.c`` C struct ``out_column``)."""
+
+    name: str  #: the row dict's key
+    kind: int  #: its EK_* kind: a text form the kernel writes itself, or ``_EK_CALL``
+    param: int  #: DECIMAL scale, DATETIME fsp (-1: none), else 0
+    writer: Callable  #: the column's field writer (value -> final field text), called for the rest
+
+
+class EncodePlan(NamedTuple):
+    """What the compiled writer (``_csv.c`` ``encode``, C struct ``encode_plan``) reads of one
+    table and its options, by position; built by ``_Writer._encode_plan``."""
+
+    prefixes: dict  #: row kind -> bytes of its operation, table and schema fields and a delimiter
+    delimiter: bytes
+    terminator: bytes
+    null: bytes  #: the NULL text
+    quote: bytes  #: one byte
+    include_commit_ts: bool
+    columns: tuple  #: an ``EncodeColumn`` per table column
 
 
 class _Writer:
@@ -74,22 +96,25 @@ class _Writer:
         self.handle_names = tuple(c.name for c in table.columns if c.handle_key)
         self.plan = self._encode_plan()
 
-    def _encode_plan(self) -> tuple | None:
-        """The compiled writer's plan (``_csv.c`` ``encode``) for rows without is-update or
-        handle-key columns, or None where those are on or the dialect is not one byte per
-        character. Per column: (name, kind, scale/fsp, field writer)."""
+    def _encode_plan(self) -> EncodePlan | None:
+        """The compiled writer's plan for rows without is-update or handle-key columns, or None
+        where those are on or the dialect is not one byte per character."""
         o = self.options
         if (o.output_old_value or o.output_handle_key or len(o.quote) != 1
                 or not (o.quote + o.delimiter).isascii()):
             return None
         try:
             prefixes = {kind: (self.prefix[op] + o.delimiter).encode() for kind, op in _OPS.items()}
-            texts = (o.delimiter.encode(), o.terminator.encode(), o.null.encode(), o.quote.encode())
+            texts = dict(delimiter=o.delimiter.encode(), terminator=o.terminator.encode(), null=o.null.encode(),
+                         quote=o.quote.encode())
         except UnicodeEncodeError:
             return None
-        columns = tuple((col.name, *self._encode_kind(col), writer)
-                        for col, (_, writer) in zip(self.table.columns, self.columns))
-        return (prefixes, *texts, o.include_commit_ts, columns)
+        columns = []
+        for col, (_, writer) in zip(self.table.columns, self.columns):
+            kind, param = self._encode_kind(col)
+            columns.append(EncodeColumn(name=col.name, kind=kind, param=param, writer=writer))
+        return EncodePlan(prefixes=prefixes, **texts, include_commit_ts=o.include_commit_ts,
+                          columns=tuple(columns))
 
     def _encode_kind(self, col: Column) -> tuple[int, int]:
         """(kind, param) of ``col`` for the compiled writer: a text form it writes itself (the

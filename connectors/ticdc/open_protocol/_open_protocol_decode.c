@@ -84,7 +84,8 @@ static void RowPlan_dealloc(RowPlan *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* One column spec: (lead: bytes, tail: bytes, name: str, kind: int, lo: int, hi: int, conv, aux). */
+/* One column spec: mirrors the Python NamedTuple open_protocol/decode.py ColumnSpec, read by position
+ * (lead: bytes, tail: bytes, name: str, kind: int, lo: int, hi: int, conv, aux). */
 static int column_plan_init(ColumnPlan *c, PyObject *spec)
 {
     PyObject *lead, *tail, *name, *lo, *hi, *conv, *aux;

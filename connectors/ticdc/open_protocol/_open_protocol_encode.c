@@ -216,7 +216,8 @@ static void Plan_dealloc(PlanObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* One column spec (name, prefix, kind, param, lo, hi, map, conv) into `c`. */
+/* One column spec into `c`: mirrors the Python NamedTuple open_protocol/encode.py PlanColumn, read by
+ * position (name, prefix, kind, param, lo, hi, map, conv). */
 static int plan_column(Column *c, PyObject *spec, Py_ssize_t i)
 {
     PyObject *lo, *hi;
@@ -518,6 +519,9 @@ static int find_slots(EncoderObject *self)
     return 0;
 }
 
+/* Encoder(limits, record_type, operations, metadata_keys): limits, operations and metadata_keys mirror
+ * the Python NamedTuples open_protocol/encode.py EncoderLimits, EncoderOperations and
+ * EncoderMetadataKeys (the MK_* order), read by position. */
 static PyObject *Encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     Py_ssize_t max_batch, max_bytes;

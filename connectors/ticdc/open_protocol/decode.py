@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import binascii
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import orjson
 from cdcflow import accel
@@ -399,6 +399,20 @@ class OpenProtocolDecoder:
                 plans.remove(dec.kernel_plan)
 
 
+class ColumnSpec(NamedTuple):
+    """One column of the compiled decoder's ``RowPlan`` (``_open_protocol_decode.c``
+    ``column_plan_init``, C struct ``ColumnPlan``), read by position."""
+
+    lead: bytes  #: ``"name":{"t":CODE,`` as TiCDC writes it
+    tail: bytes  #: ``"f":FLAGS,"v":`` (an optional ``"h":true,`` may come between the two)
+    name: str
+    kind: int  #: a ``K_*`` value kind the kernel reads itself, or ``K_CONV``
+    lo: int  #: ``K_INT``: the smallest value allowed, else 0
+    hi: int  #: ``K_INT``: the largest value allowed, else 0
+    conv: Callable  #: the column's Python converter, for values off the kind's fast path
+    aux: tuple | None  #: ``K_ENUM_NAME``: the element names (``""`` at 0), else None
+
+
 def _decode_plan(dec: _TableDecoding):
     """The compiled decoder's RowPlan for one table signature: per column the exact bytes
     around its value (``"name":{"t":CODE,`` and ``"f":FLAGS,"v":``), the value kind with its
@@ -436,7 +450,8 @@ def _decode_plan(dec: _TableDecoding):
             kind, aux = k.K_ENUM_NAME, conv.names
         else:  # SET with elements: the converter does it
             kind = k.K_CONV
-        specs.append((orjson.dumps(name) + b':{"t":%d,' % t, b'"f":%d,"v":' % f, name, kind, lo, hi, conv, aux))
+        specs.append(ColumnSpec(lead=orjson.dumps(name) + b':{"t":%d,' % t, tail=b'"f":%d,"v":' % f, name=name,
+                                kind=kind, lo=lo, hi=hi, conv=conv, aux=aux))
     return k.RowPlan(dec.table, tuple(specs))
 
 

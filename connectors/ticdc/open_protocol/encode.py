@@ -6,7 +6,7 @@ import binascii
 import datetime as _dt
 import threading
 from sys import intern as _intern
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import orjson
 from cdcflow import accel
@@ -269,6 +269,52 @@ _encode_kernel = accel.load("cdcflow.connectors.ticdc.open_protocol._open_protoc
 the kernel off by setting this to None)."""
 
 
+class PlanColumn(NamedTuple):
+    """One column of the kernel's ``TablePlan`` (``_open_protocol_encode.c`` ``plan_column``, C
+    struct ``Column``), read by position."""
+
+    name: str  #: the row dict's key (interned)
+    prefix: bytes  #: the column object's JSON up to its value: ``"name":{"t":8,"h":true,"f":11,"v":``
+    kind: int  #: a ``K_*`` kind the kernel writes itself, or ``K_CONV``
+    param: int  #: DECIMAL scale, DATETIME/TIME fsp, BLOB: 1 binary / 0 text; else -1
+    lo: int  #: ``K_INT``: the smallest value allowed, else 0
+    hi: int  #: ``K_INT``: the largest value allowed, else 0
+    map: dict | None  #: ``K_ENUM``: element -> index, else None
+    conv: Callable  #: the column's Python converter, for values off the fast path
+
+
+class EncoderLimits(NamedTuple):
+    """The encoder options the kernel's ``Encoder`` reads (its first argument, by position)."""
+
+    max_batch: int  #: max-batch-size
+    max_bytes: int  #: max-message-bytes
+    old_value: bool  #: output-old-value
+    only_updated: bool  #: only-output-updated-columns
+    delete_handle_only: bool  #: delete-only-output-handle-key-columns
+
+
+class EncoderOperations(NamedTuple):
+    """The operations the kernel's ``Encoder`` tells apart (its third argument, by position)."""
+
+    create: Operation
+    snapshot: Operation
+    update: Operation
+    delete: Operation
+
+
+class EncoderMetadataKeys(NamedTuple):
+    """The metadata keys the kernel's ``Encoder`` reads (its fourth argument; the MK_* order)."""
+
+    control: str
+    payload_subject: str
+    payload_version: str
+    partition: str
+    commit_ts: str
+    row_id: str
+    only_handle_key: str
+    claim_check: str
+
+
 def _kernel_kind(col: Column, code: int, conv: Callable[[Any], Any]) -> tuple[int, int, int, int, dict | None]:
     """(kind, scale or fsp or binary flag, lo, hi, ENUM index) of a column for the kernel: the same
     split as ``_wire_expr`` (the common types in C, ``conv`` for the rest and for every value the
@@ -311,8 +357,15 @@ def _kernel_plan(enc: _TableEncoding):
         prefix = orjson.dumps({name: obj})[1:-len(tail)]
         kind, param, lo, hi, index = _kernel_kind(enc.table.column(name), code, conv)
         # interned: row dicts whose keys are interned (code constants) then match by identity
-        columns.append((_intern(name), prefix, kind, param, lo, hi, index, conv))
+        columns.append(PlanColumn(name=_intern(name), prefix=prefix, kind=kind, param=param, lo=lo, hi=hi, map=index,
+                                  conv=conv))
     return _encode_kernel.TablePlan(enc.key_suffix, bool(enc.handle), tuple(columns))
+
+
+_METADATA_KEYS = EncoderMetadataKeys(
+    control=META_CONTROL, payload_subject=META_PAYLOAD_SCHEMA_SUBJECT, payload_version=META_PAYLOAD_SCHEMA_VERSION,
+    partition=META_PARTITION, commit_ts=META_COMMIT_TS, row_id=EXTRA_ROW_ID, only_handle_key=EXTRA_ONLY_HANDLE_KEY,
+    claim_check=EXTRA_CLAIM_CHECK)
 
 
 class OpenProtocolEncoder:
@@ -361,10 +414,12 @@ class OpenProtocolEncoder:
     def _kernel_encoder(self):
         if self._kernel is None or type(self._kernel) is not _encode_kernel.Encoder:
             self._kernel = _encode_kernel.Encoder(
-                (self._max_batch, self._max_bytes, self._old_value, self._only_updated, self._delete_handle_only),
-                Record, (Operation.CREATE, Operation.SNAPSHOT, Operation.UPDATE, Operation.DELETE),
-                (META_CONTROL, META_PAYLOAD_SCHEMA_SUBJECT, META_PAYLOAD_SCHEMA_VERSION, META_PARTITION,
-                 META_COMMIT_TS, EXTRA_ROW_ID, EXTRA_ONLY_HANDLE_KEY, EXTRA_CLAIM_CHECK))
+                EncoderLimits(max_batch=self._max_batch, max_bytes=self._max_bytes, old_value=self._old_value,
+                              only_updated=self._only_updated, delete_handle_only=self._delete_handle_only),
+                Record,
+                EncoderOperations(create=Operation.CREATE, snapshot=Operation.SNAPSHOT, update=Operation.UPDATE,
+                                  delete=Operation.DELETE),
+                _METADATA_KEYS)
         return self._kernel
 
     def _kernel_callables(self, store) -> tuple[Callable, Callable]:

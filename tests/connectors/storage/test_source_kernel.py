@@ -12,21 +12,17 @@ import datetime
 import os
 
 import pytest
+
 from cdcflow.connectors.storage.source import StorageReadError
 from cdcflow.connectors.ticdc import csv as tcsv
-from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_record
-from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from cdcflow.schemas import default_store
-from helpers.storage import (
-    input_records,
-    make_destination,
-    make_source,
-    read_all,
-    strict,
-)
+from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
-pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+from helpers.kernels import CSV
+from helpers.storage import input_records, make_destination, make_source, read_all, strict
+
+pytestmark = CSV.required()
 
 OPTIONS = [
     {"include-commit-ts": "true"},
@@ -34,12 +30,6 @@ OPTIONS = [
     {},  # no commit ts: every row's metadata says 0
     {"include-commit-ts": "true", "delimiter": ";", "quote": "'", "null": "NULL"},
 ]
-
-
-def pure_python(monkeypatch, fn):
-    with monkeypatch.context() as m:
-        m.setattr(tcsv_decode, "_kernel", None)
-        return fn()
 
 
 def _lake(tmp_path, options: dict, files: int = 3) -> dict:
@@ -54,11 +44,13 @@ def _lake(tmp_path, options: dict, files: int = 3) -> dict:
 
 
 @pytest.mark.parametrize("which", range(len(OPTIONS)))
-def test_whole_lake_reads_the_same_with_and_without_kernels(tmp_path, monkeypatch, which):
+def test_whole_lake_reads_the_same_with_and_without_kernels(tmp_path, which):
     settings = _lake(tmp_path, OPTIONS[which])
     for limit in (None, 7):
         kernel = read_all(settings, limit=limit)
-        assert kernel and strict(kernel) == strict(pure_python(monkeypatch, lambda: read_all(settings, limit=limit)))
+        with CSV.off():
+            pure = read_all(settings, limit=limit)
+        assert kernel and strict(kernel) == strict(pure)
 
 
 def test_the_kernel_builds_the_records(tmp_path, monkeypatch):
@@ -76,14 +68,15 @@ def test_the_kernel_builds_the_records(tmp_path, monkeypatch):
     assert calls and all(calls)
 
 
-def test_restart_at_every_position_reads_the_same_rest(tmp_path, monkeypatch):
+def test_restart_at_every_position_reads_the_same_rest(tmp_path):
     settings = _lake(tmp_path, OPTIONS[0], files=2)
     whole = read_all(settings)
     for k in range(0, len(whole), 5):
         part, record = whole[k]
         positions = {part: record.position}
         kernel = [r for r in read_all(settings, positions) if r[0] == part]
-        pure = pure_python(monkeypatch, lambda: [r for r in read_all(settings, positions) if r[0] == part])
+        with CSV.off():
+            pure = [r for r in read_all(settings, positions) if r[0] == part]
         assert strict(kernel) == strict(pure)
         assert strict(kernel) == strict([r for r in whole[k + 1:] if r[0] == part])
 
@@ -96,7 +89,7 @@ def _data_files(root: str) -> list[str]:
     (lambda line: line.rsplit(b",", 1)[0], r"line 3: .*expected \d+ fields"),
     (lambda line: b'"X"' + line[3:], r"line 3, column 1: .*operation must be I, U or D"),
 ])
-def test_a_malformed_line_names_file_and_line_on_both_paths(tmp_path, monkeypatch, damage, message):
+def test_a_malformed_line_names_file_and_line_on_both_paths(tmp_path, damage, message):
     settings = {"uri": str(tmp_path / "lake"), "protocol": "csv", "date-separator": "none", **OPTIONS[0]}
     table = TableSchema("db", "t", (Column("id", "BIGINT", primary_key=True, handle_key=True, nullable=False),
                                     Column("name", "VARCHAR"), Column("at", "DATETIME", fsp=0)), version=1 << 18)
@@ -115,12 +108,12 @@ def test_a_malformed_line_names_file_and_line_on_both_paths(tmp_path, monkeypatc
     name = os.path.basename(path).replace(".", r"\.")
     with pytest.raises(StorageReadError, match=name + " " + message) as kernel:
         read_all(settings)
-    with pytest.raises(StorageReadError) as pure:
-        pure_python(monkeypatch, lambda: read_all(settings))
+    with CSV.off(), pytest.raises(StorageReadError) as pure:
+        read_all(settings)
     assert str(kernel.value) == str(pure.value)
 
 
-def test_checkpoint_stop_cuts_the_same_rows(tmp_path, monkeypatch):
+def test_checkpoint_stop_cuts_the_same_rows(tmp_path):
     settings = _lake(tmp_path, OPTIONS[0], files=2)
     whole = read_all(settings)
     mid = int(whole[len(whole) // 2][1].metadata["ticdc.commit-ts"])
@@ -139,4 +132,6 @@ def test_checkpoint_stop_cuts_the_same_rows(tmp_path, monkeypatch):
         return out
     kernel = read_to_checkpoint()
     assert 0 < len(kernel) < len(whole)
-    assert strict(kernel) == strict(pure_python(monkeypatch, read_to_checkpoint))
+    with CSV.off():
+        pure = read_to_checkpoint()
+    assert strict(kernel) == strict(pure)

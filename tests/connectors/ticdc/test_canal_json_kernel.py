@@ -14,46 +14,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import canal_json as cj
-from cdcflow.connectors.ticdc.canal_json import encode as cj_encode
 from cdcflow.connectors.ticdc.errors import UnrepresentableValue, UnsupportedEvent
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
+from helpers.kernels import CANAL_JSON, both, outcome
 from helpers.tidb_strategies import tables_and_rows, values
 from helpers.leakcheck import traced_growth
 
-kernel = pytest.importorskip("cdcflow.connectors.ticdc.canal_json._canal_json", reason="canal-json kernel not built")
+pytestmark = CANAL_JSON.required()
 
-SETTINGS = settings(max_examples=120, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_700_000_000_123
 OPTIONS = st.builds(cj.CanalJsonOptions, enable_tidb_extension=st.booleans(), content_compatible=st.booleans(),
                     only_output_updated_columns=st.booleans())
 
 
-@pytest.fixture(autouse=True)
-def _kernel_on(monkeypatch):
-    """Other tests may have switched the kernel off; these need it on."""
-    monkeypatch.setattr(cj_encode, "_kernel", kernel)
-
-
-def _outcome(fn):
-    try:
-        return fn()
-    except Exception as e:  # both paths must raise the same typed error with the same text
-        return type(e), str(e)
-
-
-def _both(monkeypatch, events, options, now=NOW):
-    """((encode_many, [encode]) with the kernel, the same with pure Python)."""
+def encode_both(events, options, now=NOW):
+    """(outcomes with the kernel, the same with pure Python): each of ``encode_many`` and, per
+    event, ``encode``, by a fresh encoder (it caches each table's plan, kernel part included)."""
     def run():
         enc = cj.CanalJsonEncoder(options, now_ms=lambda: now)
-        return _outcome(lambda: enc.encode_many(events)), [_outcome(lambda e=e: enc.encode(e)) for e in events]
-    with_kernel = run()
-    with monkeypatch.context() as m:
-        m.setattr(cj_encode, "_kernel", None)
-        python = run()
-    return with_kernel, python
+        return outcome(lambda: enc.encode_many(events)), [outcome(lambda e=e: enc.encode(e)) for e in events]
+    return both(CANAL_JSON, run)
 
 
 def _events(table, rows, kinds):
@@ -70,10 +53,10 @@ KINDS = st.lists(st.sampled_from(["insert", "update", "delete"]), min_size=1, ma
 
 @SETTINGS
 @given(data=tables_and_rows(min_rows=1, max_rows=5), kinds=KINDS, options=OPTIONS)
-def test_valid_rows_equal_python(monkeypatch, data, kinds, options):
+def test_valid_rows_equal_python(data, kinds, options):
     table, rows = data
     events = _events(table, rows, kinds)
-    got, want = _both(monkeypatch, events, options)
+    got, want = encode_both(events, options)
     assert got == want
 
 
@@ -116,10 +99,10 @@ def tables_and_odd_rows(draw):
 
 @SETTINGS
 @given(data=tables_and_odd_rows(), kinds=KINDS, options=OPTIONS)
-def test_odd_values_equal_python(monkeypatch, data, kinds, options):
+def test_odd_values_equal_python(data, kinds, options):
     table, rows = data
     events = _events(table, rows, kinds)
-    got, want = _both(monkeypatch, events, options)
+    got, want = encode_both(events, options)
     assert got == want
 
 
@@ -174,17 +157,17 @@ HANDED_BACK = [
 @pytest.mark.parametrize("kind", ["insert", "update", "delete"])
 @pytest.mark.parametrize("options", [cj.CanalJsonOptions(), cj.CanalJsonOptions(enable_tidb_extension=True,
                                                                                 only_output_updated_columns=True)])
-def test_handed_back_rows_equal_python(monkeypatch, kind, options):
+def test_handed_back_rows_equal_python(kind, options):
     good = _row()
     for row in HANDED_BACK:
         events = [RowChange(TABLE, kind, 5 << 18, good, good if kind == "update" else None),
                   RowChange(TABLE, kind, 6 << 18, row, good if kind == "update" else None),
                   RowChange(TABLE, kind, 7 << 18, good, row if kind == "update" else None)]
-        got, want = _both(monkeypatch, events, options)
+        got, want = encode_both(events, options)
         assert got == want, row
 
 
-def test_event_shapes_the_kernel_leaves_to_python(monkeypatch):
+def test_event_shapes_the_kernel_leaves_to_python():
     good = _row()
     other = TableSchema("shop", "other", (Column("a", "INT"),))
     events = [
@@ -205,14 +188,14 @@ def test_event_shapes_the_kernel_leaves_to_python(monkeypatch):
     ]
     for options in (cj.CanalJsonOptions(), cj.CanalJsonOptions(enable_tidb_extension=True)):
         for i in range(len(events)):
-            got, want = _both(monkeypatch, events[i:] + events[:i], options)
+            got, want = encode_both(events[i:] + events[:i], options)
             assert got == want
     # a clock that does not give an int leaves every row to Python
-    got, want = _both(monkeypatch, [RowChange(TABLE, "insert", 1 << 18, good)], cj.CanalJsonOptions(), now=1.5)
+    got, want = encode_both([RowChange(TABLE, "insert", 1 << 18, good)], cj.CanalJsonOptions(), now=1.5)
     assert got == want
 
 
-def test_errors_carry_the_column(monkeypatch):
+def test_errors_carry_the_column():
     enc = cj.CanalJsonEncoder(now_ms=lambda: NOW)
     assert enc._plan(TABLE).kernel is not None
     bad = RowChange(TABLE, "insert", 1 << 18, _row(price=decimal.Decimal("1.001")))
@@ -222,26 +205,27 @@ def test_errors_carry_the_column(monkeypatch):
         enc.encode_many([RowChange(TABLE, "upsert", 1 << 18, _row())])
 
 
-def test_kernel_is_used_and_can_be_switched_off(monkeypatch):
+def test_kernel_is_used_and_can_be_switched_off():
     assert cj.CanalJsonEncoder()._plan(TABLE).kernel is not None
-    monkeypatch.setattr(cj_encode, "_kernel", None)
-    assert cj.CanalJsonEncoder()._plan(TABLE).kernel is None
+    with CANAL_JSON.off():
+        assert cj.CanalJsonEncoder()._plan(TABLE).kernel is None
 
 
-def test_unencodable_column_name_fails_the_same(monkeypatch):
+def test_unencodable_column_name_fails_the_same():
     table = TableSchema("s", "t", (Column("a\ud800", "INT"),))
-    got, want = _both(monkeypatch, [RowChange(table, "insert", 1 << 18, {"a\ud800": 1})], cj.CanalJsonOptions())
+    got, want = encode_both([RowChange(table, "insert", 1 << 18, {"a\ud800": 1})], cj.CanalJsonOptions())
     assert got == want
 
 
-def test_generator_input_and_many_tables(monkeypatch):
+def test_generator_input_and_many_tables():
     t2 = TableSchema("s", "t2", (Column("a", "INT"), Column("b", "VARCHAR")))
     events = [RowChange(TABLE if i % 3 else t2, "insert", i << 18, _row() if i % 3 else {"a": i, "b": "é" * i})
               for i in range(30)]
     enc = cj.CanalJsonEncoder(now_ms=lambda: NOW)
     from_gen = enc.encode_many(e for e in events)
-    got, want = _both(monkeypatch, events, cj.CanalJsonOptions())
-    assert from_gen == got[0] == want[0]
+    got, want = encode_both(events, cj.CanalJsonOptions())
+    assert got == want
+    assert got[1][0] == ("ok", from_gen)
 
 
 # --------------------------------------------------------------------------- leaks

@@ -16,6 +16,7 @@ import decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.kernels import CSV, both, strict
 from helpers.tidb_strategies import rows, tables
 
 from cdcflow.connectors.ticdc import csv as tcsv
@@ -27,7 +28,7 @@ from helpers.leakcheck import traced_growth
 
 _csv = pytest.importorskip("cdcflow.connectors.ticdc.csv._csv", reason="the CSV kernel is not built")
 
-pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytestmark = CSV.required()
 
 OPTIONS = [
     tcsv.CsvOptions(),
@@ -42,42 +43,11 @@ OPTIONS = [
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def strict(value) -> str:
-    """A type-strict rendering: repr tells int from float from bool, Decimal exponents, -0.0,
-    str from bytes, date from datetime."""
-    if isinstance(value, tcsv.CsvColumns):
-        # its rows as events: the kernel may read column-wise a file the Python reader reads
-        # row-wise (it sees which field was quoted; Python only that a quoted NULL text occurs)
-        value = value.events()
-    if isinstance(value, list) and value and isinstance(value[0], RowChange):
-        return repr([(e.table.collection, e.kind, e.commit_ts, e.row, e.old, e.extra) for e in value])
-    return repr(value)
-
-
-def outcome(fn):
-    try:
-        return "ok", strict(fn())
-    except Exception as e:  # the typed error and its message must be the same on both paths
-        return "error", type(e).__name__, str(e)
-
-
-def both(fn):
-    """(outcome with the kernel, outcome of the pure-Python path)."""
-    with_kernel = outcome(fn)
-    saved = tcsv_decode._kernel
-    tcsv_decode._kernel = tcsv_encode._kernel = None  # the reader's and the writer's reference
-    try:
-        pure = outcome(fn)
-    finally:
-        tcsv_decode._kernel = tcsv_encode._kernel = saved
-    return with_kernel, pure
-
-
 def assert_same_decode(table: TableSchema, o: tcsv.CsvOptions, data: bytes, start_line: int = 1) -> None:
     dec = tcsv.CsvDecoder(table, o, source="f.csv")
-    k, p = both(lambda: dec.decode(data, start_line))
+    k, p = both(CSV, lambda: dec.decode(data, start_line), strict)
     assert k == p, data
-    k, p = both(lambda: dec.decode_columns(data, start_line))
+    k, p = both(CSV, lambda: dec.decode_columns(data, start_line), strict)
     assert k == p, data
 
 
@@ -239,7 +209,7 @@ def odd_batches(draw):
 def test_encode_odd_values_equals_python(data, which):
     table, kinds, ts, rows_ = data
     o = OPTIONS[which]
-    k, p = both(lambda: tcsv.encode_table_rows(table, kinds, ts, rows_, None, o))
+    k, p = both(CSV, lambda: tcsv.encode_table_rows(table, kinds, ts, rows_, None, o), strict)
     assert k == p
 
 
@@ -248,7 +218,7 @@ def test_encode_odd_values_equals_python(data, which):
 def test_encode_generated_rows_equals_python_and_is_taken(data, which, header):
     table, batch = data
     o = OPTIONS[which]
-    k, p = both(lambda: tcsv.encode_rows(batch, table, o, header))
+    k, p = both(CSV, lambda: tcsv.encode_rows(batch, table, o, header), strict)
     assert k == p
     w = tcsv_encode._writer(table, o)
     if w.plan is not None and k[0] == "ok":
@@ -259,9 +229,9 @@ def test_encode_generated_rows_equals_python_and_is_taken(data, which, header):
 def test_encode_plan_covers_the_usual_options_and_forms():
     w = tcsv_encode._writer(KINDS, tcsv.CsvOptions(include_commit_ts=True))
     assert w.plan is not None
-    assert [c[1] for c in w.plan[-1]] == [tcsv_encode._EK_INT, tcsv_encode._EK_GO_FLOAT, tcsv_encode._EK_DECIMAL, tcsv_encode._EK_DATE,
-                                          tcsv_encode._EK_DATETIME, tcsv_encode._EK_CALL, tcsv_encode._EK_BASE64, tcsv_encode._EK_STR,
-                                          tcsv_encode._EK_STR, tcsv_encode._EK_INT, tcsv_encode._EK_STR]
+    e = tcsv_encode
+    assert [c.kind for c in w.plan.columns] == [e._EK_INT, e._EK_GO_FLOAT, e._EK_DECIMAL, e._EK_DATE, e._EK_DATETIME,
+                                                e._EK_CALL, e._EK_BASE64, e._EK_STR, e._EK_STR, e._EK_INT, e._EK_STR]
     assert tcsv_encode._writer(KINDS, tcsv.CsvOptions(quote="")).plan is None
     assert tcsv_encode._writer(KINDS, tcsv.CsvOptions(output_old_value=True)).plan is None
 
@@ -307,7 +277,7 @@ def test_fields_beyond_the_csv_field_size_limit_go_back_to_python():
     try:
         o = tcsv.CsvOptions()
         data = b'"I","kinds","db",1,\\N,\\N,\\N,\\N,\\N,\\N,"' + b"x" * 20 + b'",\\N,\\N,\\N\r\n'
-        assert tcsv_decode._decode_plan(KINDS, o)[-1] == 16
+        assert tcsv_decode._decode_plan(KINDS, o).field_limit == 16
         assert not kernel_takes(KINDS, o, data)
         assert_same_decode(KINDS, o, data)
     finally:

@@ -16,10 +16,10 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.kernels import CSV, both
 from helpers.tidb_strategies import rows, tables
 
 from cdcflow.connectors.ticdc import csv as tcsv
-from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
 from cdcflow.connectors.ticdc.events import RowChange, records_plan
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
@@ -28,7 +28,7 @@ from helpers.leakcheck import traced_growth
 
 _csv = pytest.importorskip("cdcflow.connectors.ticdc.csv._csv", reason="the CSV kernel is not built")
 
-pytestmark = pytest.mark.skipif(tcsv_decode._kernel is None, reason="kernels are off (CDCFLOW_PURE_PYTHON=1)")
+pytestmark = CSV.required()
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 OPTIONS = [
@@ -50,15 +50,6 @@ def strict_records(records: list[Record]) -> list:
         out.append((type(r.position), r.position, type(r.operation), r.operation, repr(r.metadata),
                     first_with.setdefault(id(r.metadata), i), repr(r.key), repr(r.before), repr(r.after)))
     return out
-
-
-def python_path(fn):
-    saved = tcsv_decode._kernel
-    tcsv_decode._kernel = None
-    try:
-        return fn()
-    finally:
-        tcsv_decode._kernel = saved
 
 
 @st.composite
@@ -90,13 +81,12 @@ def test_records_of_generated_rows_equal_python(data, which, draw):
     end = draw.draw(st.integers(start, n + 2))
     store = draw.draw(st.sampled_from([None, STORE]))
     prefix = draw.draw(st.sampled_from([b"7|2024-01-02|3|", b"1|%d|2|", b""]))
-    kernel = columns.numbered_records(prefix, store, start, end)
-    assert strict_records(kernel) == strict_records(python_path(lambda: columns.numbered_records(prefix, store,
-                                                                                                  start, end)))
     positions = [b"p%d" % i for i in range(end - start)]
-    kernel = columns.records(iter(positions), store, start, end)
-    assert strict_records(kernel) == strict_records(python_path(lambda: columns.records(iter(positions), store,
-                                                                                        start, end)))
+    with CSV.off():
+        numbered = strict_records(columns.numbered_records(prefix, store, start, end))
+        listed = strict_records(columns.records(iter(positions), store, start, end))
+    assert strict_records(columns.numbered_records(prefix, store, start, end)) == numbered
+    assert strict_records(columns.records(iter(positions), store, start, end)) == listed
     # the kernel took them (else this compared Python with itself): commit ts within 64-bit texts
     if start < end <= n and all((t >> 18) * 1_000_000 < 2**64 for t in (columns.commit_ts or [0])):
         assert _csv.records(records_plan(table, store), prefix, columns.operations, columns.commit_ts,
@@ -117,7 +107,9 @@ def test_decode_and_build_with_kernels_equal_the_pure_python_source_path(data, w
         half = len(got) // 2
         return strict_records(got.numbered_records(b"1||1|", STORE, 0, half)
                               + got.numbered_records(b"1||1|", STORE, half, len(got)))
-    assert read() == python_path(read)
+    with CSV.off():
+        reference = read()
+    assert read() == reference
 
 
 def test_the_kernel_takes_the_usual_rows():
@@ -137,21 +129,14 @@ def test_the_kernel_takes_the_usual_rows():
     assert gc.isenabled()
 
 
-def outcome(fn):
-    try:
-        return "ok", strict_records(fn())
-    except Exception as e:
-        return "error", type(e).__name__, str(e)
-
-
 @pytest.mark.parametrize("ts", [2**64, -1, 2**63 + (1 << 60), True, 1.0, "7"])
 def test_a_commit_ts_beyond_the_fast_texts_is_handed_back(ts):
     table = TableSchema("db", "t", (Column("id", "BIGINT"),))
     plan = records_plan(table, None)
     assert _csv.records(plan, b"", None, [1, ts], [[1, 2]], 0, 2) is None
     columns = tcsv.CsvColumns(table, None, [1, ts], [[1, 2]])
-    assert outcome(lambda: columns.numbered_records(b"x", None)) == outcome(
-        lambda: python_path(lambda: columns.numbered_records(b"x", None)))
+    compiled, reference = both(CSV, lambda: columns.numbered_records(b"x", None), strict_records)
+    assert compiled == reference
     assert gc.isenabled()
 
 
@@ -167,7 +152,8 @@ def test_short_or_odd_inputs_are_handed_back_and_python_decides():
     assert _csv.records(plan, b"", None, None, [[1, 2], [3, 4]], 2, 2) == []
     columns = tcsv.CsvColumns(table, None, None, [[1, 2], [3, 4]])
     got = columns.records(iter([b"only one"]), None)  # zip semantics: as many records as positions
-    assert strict_records(got) == strict_records(python_path(lambda: columns.records(iter([b"only one"]), None)))
+    with CSV.off():
+        assert strict_records(got) == strict_records(columns.records(iter([b"only one"]), None))
     assert len(got) == 1
 
 
@@ -175,7 +161,8 @@ def test_a_table_without_handle_key_and_with_a_repeated_name_builds_as_python():
     table = TableSchema("db", "t", (Column("a", "INT"), Column("b", "INT"), Column("a", "INT")))
     columns = tcsv.CsvColumns(table, [Operation.DELETE, Operation.CREATE], [3, 3], [[1, 2], [3, 4], [5, 6]])
     got = columns.numbered_records(b"p", STORE)
-    assert strict_records(got) == strict_records(python_path(lambda: columns.numbered_records(b"p", STORE)))
+    with CSV.off():
+        assert strict_records(got) == strict_records(columns.numbered_records(b"p", STORE))
     assert got[0].key is None and got[0].before == {"a": 5, "b": 3}
 
 
@@ -277,6 +264,7 @@ def test_repeated_values_with_doubled_quotes_decode_as_python():
     dec = tcsv.CsvDecoder(table, tcsv.CsvOptions(), source="f.csv")
     got = dec.decode_columns(data)
     assert isinstance(got, tcsv.CsvColumns)
-    pure = python_path(lambda: dec.decode_columns(data))
+    with CSV.off():
+        pure = dec.decode_columns(data)
     assert repr(got.columns) == repr(pure.columns)
     assert got.columns[0] == ['x,y"z', 'x,y"z', 'x,y"q', 'x,y"z', '"', '"', "a", "", "", 'x,y"z']

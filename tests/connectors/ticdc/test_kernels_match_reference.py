@@ -9,26 +9,23 @@ against the rows it started from (the round trip), so with ``CDCFLOW_PURE_PYTHON
 paths off) the harness still tests the path that runs.
 
 The hand-written edge cases of each kernel stay in its own test module (test_csv_kernel.py,
-test_canal_json_kernel.py, test_open_protocol_*_kernel.py); this file is the one place that
-lists which kernels exist and holds each to its reference on the same generated inputs.
+test_csv_kernel_records.py, test_canal_json_kernel.py, test_open_protocol_*_kernel.py), compared
+with the same helpers (``helpers.kernels``: ``Kernel``, ``outcome``, ``both``); this file is the
+one place that lists which kernels exist and holds each to its reference on the same generated
+inputs.
 """
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
-from typing import Any, Callable
-
 import pytest
 from hypothesis import HealthCheck, given, settings
+from helpers.kernels import CANAL_JSON, CSV, OPEN_DECODE, OPEN_ENCODE, Kernel, both, outcome, strict
 from helpers.tidb_strategies import tables_and_rows
 
 from cdcflow import accel
 from cdcflow.connectors.ticdc import csv as tcsv
 from cdcflow.connectors.ticdc.canal_json import decode as cj_decode
 from cdcflow.connectors.ticdc.canal_json import encode as cj_encode
-from cdcflow.connectors.ticdc.csv import decode as tcsv_decode
-from cdcflow.connectors.ticdc.csv import encode as tcsv_encode
 from cdcflow.connectors.ticdc.events import INSERT, RowChange, to_records
 from cdcflow.connectors.ticdc.open_protocol import decode as op_decode
 from cdcflow.connectors.ticdc.open_protocol import encode as op_encode
@@ -36,56 +33,14 @@ from cdcflow.schemas import SchemaStore
 
 COMMIT_TS = 449_000_000_000_000_000
 
-
-@dataclass(frozen=True)
-class Kernel:
-    """One compiled twin: its accel name and the module attributes that hold it (all are set to
-    None for the reference run)."""
-
-    name: str
-    holders: tuple[tuple[Any, str], ...]
-
-    def loaded(self) -> bool:
-        return all(getattr(mod, attr) is not None for mod, attr in self.holders)
-
-    @contextlib.contextmanager
-    def off(self):
-        saved = [getattr(mod, attr) for mod, attr in self.holders]
-        for mod, attr in self.holders:
-            setattr(mod, attr, None)
-        try:
-            yield
-        finally:
-            for (mod, attr), value in zip(self.holders, saved):
-                setattr(mod, attr, value)
-
-
-CSV = Kernel("cdcflow.connectors.ticdc.csv._csv", ((tcsv_decode, "_kernel"), (tcsv_encode, "_kernel")))
-CANAL_JSON = Kernel("cdcflow.connectors.ticdc.canal_json._canal_json", ((cj_encode, "_kernel"),))
-OPEN_DECODE = Kernel("cdcflow.connectors.ticdc.open_protocol._open_protocol_decode", ((op_decode, "_decode_kernel"),))
-OPEN_ENCODE = Kernel("cdcflow.connectors.ticdc.open_protocol._open_protocol_encode", ((op_encode, "_encode_kernel"),))
+#: every compiled twin of a TiCDC codec (``Kernel``: its accel name and the attributes holding it)
+KERNELS: tuple[Kernel, ...] = (CSV, CANAL_JSON, OPEN_DECODE, OPEN_ENCODE)
 
 
 def test_every_text_codec_kernel_is_listed_here():
-    """A kernel added to (or removed from) accel.KERNELS for a TiCDC text codec shows up here."""
-    listed = {k.name for k in (CSV, CANAL_JSON, OPEN_DECODE, OPEN_ENCODE)}
+    """A kernel added to (or removed from) accel.KERNELS for a TiCDC codec shows up here."""
+    listed = {k.name for k in KERNELS}
     assert {k for k in accel.KERNELS if k.startswith("cdcflow.connectors.ticdc.")} == listed
-
-
-def strict(value: Any) -> str:
-    """Type-strict rendering of a result: events by their fields, everything else by repr."""
-    if isinstance(value, tcsv.CsvColumns):
-        value = value.events()
-    if isinstance(value, list) and value and isinstance(value[0], RowChange):
-        value = [(e.table.collection, e.kind, e.commit_ts, e.row, e.old) for e in value]
-    return repr(value)
-
-
-def outcome(fn: Callable[[], Any]) -> tuple:
-    try:
-        return "ok", strict(fn())
-    except Exception as e:  # noqa: BLE001 - the typed error and its text must match on both paths
-        return "error", type(e).__name__, str(e)
 
 
 def events_of(table, rows) -> list[RowChange]:
@@ -171,12 +126,12 @@ def test_kernel_matches_reference(job, path, store):
     def check(case):
         table, rows = case
         run = make(table, rows, store)
-        with kernel.off():
-            reference = outcome(run)
         if path == "compiled":
-            assert outcome(run) == reference
-        elif reference[0] == "ok":
-            with kernel.off():
+            compiled, reference = both(kernel, run, strict)
+            assert compiled == reference
+            return
+        with kernel.off():
+            if outcome(run, strict)[0] == "ok":
                 round_trip(job, table, rows, store, run())
 
     check()

@@ -10,7 +10,6 @@ output) the tests also check it did not hand the message back.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 
 import orjson
@@ -19,28 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.ticdc import open_protocol as op
-from cdcflow.connectors.ticdc.open_protocol import decode as op_decode
 from cdcflow.connectors.ticdc.events import DDLEvent, ResolvedEvent, RowChange
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
+from helpers.kernels import OPEN_DECODE, outcome
 from helpers.tidb_strategies import tables_and_rows
 from helpers.leakcheck import traced_growth
 
-KERNEL = op_decode._decode_kernel
-pytestmark = pytest.mark.skipif(KERNEL is None, reason="open-protocol decode kernel not built or turned off")
+pytestmark = OPEN_DECODE.required()
 
 L = struct.Struct(">Q")
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@contextlib.contextmanager
-def kernel_off():
-    saved = op_decode._decode_kernel
-    op_decode._decode_kernel = None
-    try:
-        yield
-    finally:
-        op_decode._decode_kernel = saved
 
 
 def strict(v):
@@ -56,11 +44,9 @@ def event_form(ev):
     return (type(ev).__name__, ev)
 
 
-def outcome(decode, key, value):
-    try:
-        return ("ok", [event_form(e) for e in decode(key, value)])
-    except Exception as e:  # noqa: BLE001 - the error itself is what is compared
-        return ("error", type(e).__name__, str(e))
+def decoded(decode, key, value):
+    """``outcome`` of decoding one message, its events in ``event_form``."""
+    return outcome(lambda: decode(key, value), lambda events: [event_form(e) for e in events])
 
 
 def kernel_handles(dec: op.OpenProtocolDecoder, key, value) -> bool:
@@ -71,19 +57,19 @@ def kernel_handles(dec: op.OpenProtocolDecoder, key, value) -> bool:
 def differential(messages, warm=(), tables=None):
     """Outcomes per message, Python path vs kernel path, each decoder first fed ``warm``.
     Returns (python outcomes, kernel outcomes, how many messages the kernel decided)."""
-    with kernel_off():
+    with OPEN_DECODE.off():
         py_dec = op.OpenProtocolDecoder(tables)
         for k, v in warm:
-            outcome(py_dec.decode, k, v)
-        expected = [outcome(py_dec.decode, k, v) for k, v in messages]
+            decoded(py_dec.decode, k, v)
+        expected = [decoded(py_dec.decode, k, v) for k, v in messages]
     k_dec = op.OpenProtocolDecoder(tables)
     for k, v in warm:
-        outcome(k_dec.decode, k, v)
+        decoded(k_dec.decode, k, v)
     handled = 0
     got = []
     for k, v in messages:
         handled += kernel_handles(k_dec, k, v)
-        got.append(outcome(k_dec.decode, k, v))
+        got.append(decoded(k_dec.decode, k, v))
     return expected, got, handled
 
 

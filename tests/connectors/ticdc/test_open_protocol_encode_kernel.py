@@ -2,8 +2,8 @@
 path gives: ``OpenProtocolEncoder.encode_records(records, store)`` with the kernel against
 ``encode(from_records(records, store))`` without it, byte for byte, or the same typed error.
 
-The kernel is switched off with ``monkeypatch`` (``open_protocol._encode_kernel = None``: the same
-code minus the kernel, not a mock). Where a test must know the kernel itself wrote the rows (not
+The kernel is switched off with ``helpers.kernels.OPEN_ENCODE.off()`` (``_encode_kernel = None``:
+the same code minus the kernel, not a mock; ``encode_records`` then is ``encode(from_records(...))``). Where a test must know the kernel itself wrote the rows (not
 its Python fallback), it calls the kernel directly with a fallback that counts what it is given.
 """
 
@@ -32,12 +32,13 @@ from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
+from helpers.kernels import OPEN_ENCODE, both
 from helpers.tidb_strategies import tables_and_rows
 from helpers.leakcheck import traced_growth
 
-needs_kernel = pytest.mark.skipif(op_encode._encode_kernel is None, reason="open-protocol encode kernel not built or off")
+needs_kernel = OPEN_ENCODE.required()
 SETTINGS = settings(max_examples=80, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+                    suppress_health_check=[HealthCheck.too_slow])
 OPTIONS = st.fixed_dictionaries({
     "max-batch-size": st.integers(1, 5),
     "output-old-value": st.booleans(),
@@ -82,25 +83,14 @@ def store():
     s.close()
 
 
-def python_path(monkeypatch, records, store, options=None):
-    with monkeypatch.context() as m:
-        m.setattr(op_encode, "_encode_kernel", None)
+def python_path(records, store, options=None):
+    with OPEN_ENCODE.off():
         return op.OpenProtocolEncoder(options).encode(from_records(records, store))
 
 
-def outcome(fn):
-    """The result, or the error's type and text (the typed error must be the same on both paths)."""
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001
-        return type(e), str(e)
-
-
-def both(monkeypatch, records, store, options=None):
-    """(kernel-on encode_records outcome, kernel-off Python-path outcome)."""
-    kernel = outcome(lambda: op.OpenProtocolEncoder(options).encode_records(records, store))
-    python = outcome(lambda: python_path(monkeypatch, records, store, options))
-    return kernel, python
+def encode_both(records, store, options=None):
+    """(``encode_records`` outcome with the kernel, the same with it off: the Python path)."""
+    return both(OPEN_ENCODE, lambda: op.OpenProtocolEncoder(options).encode_records(records, store))
 
 
 def kernel_direct(records, store, options=None):
@@ -137,7 +127,7 @@ def base_record(store, row=None, **md):
 @given(data=tables_and_rows(min_rows=1, max_rows=5), kinds=st.lists(st.sampled_from(["insert", "update", "delete"]),
                                                                    min_size=5, max_size=5),
        options=OPTIONS, controls=st.lists(st.integers(0, 6), max_size=2))
-def test_kernel_equals_python_on_generated_rows(monkeypatch, store, data, kinds, options, controls):
+def test_kernel_equals_python_on_generated_rows(store, data, kinds, options, controls):
     table, rows = data
     records = row_records(table, rows, kinds, store)
     for at in controls:  # DDL and resolved records mixed into the batch
@@ -145,7 +135,7 @@ def test_kernel_equals_python_on_generated_rows(monkeypatch, store, data, kinds,
         records.insert(at, to_record(ResolvedEvent(at + 5), b"r", store) if at % 2 else
                        to_record(DDLEvent(table.schema, table.table, "ALTER TABLE t ADD c INT", at + 7, 5, table),
                                  b"d", store))
-    expected = python_path(monkeypatch, records, store, options)
+    expected = python_path(records, store, options)
     assert op.OpenProtocolEncoder(options).encode_records(records, store) == expected
     messages, taken = kernel_direct(records, store, options)
     assert messages == expected
@@ -198,11 +188,11 @@ def test_float32_shortest_digits_equal_python(x):
 @needs_kernel
 @pytest.mark.parametrize("options", [None, {"max-batch-size": 2}, {"output-old-value": False},
                                      {"max-message-bytes": 2500}])
-def test_every_type_insert_update_delete(monkeypatch, store, options):
+def test_every_type_insert_update_delete(store, options):
     other = dict(ROW, id=8, name="", price=Decimal("-0.01"), weight=-1e-5, span=dt.timedelta(0), state="new",
                  tags="", data=b"", raw=b"", big=0, bits=0, yr=0, spare=-(2**31))
     records = row_records(TABLE, [ROW, other, other, ROW], ["insert", "insert", "update", "delete"], store)
-    expected = python_path(monkeypatch, records, store, options)
+    expected = python_path(records, store, options)
     messages, taken = kernel_direct(records, store, options)
     assert taken == []
     assert messages == expected
@@ -210,12 +200,12 @@ def test_every_type_insert_update_delete(monkeypatch, store, options):
 
 
 @needs_kernel
-def test_snapshot_reads_as_insert_and_partitions_keep_their_plan(monkeypatch, store):
+def test_snapshot_reads_as_insert_and_partitions_keep_their_plan(store):
     part = dataclasses.replace(TABLE, partition=3)
     records = row_records(TABLE, [ROW], ["insert"], store) + row_records(part, [ROW, ROW], ["insert"] * 2, store)
     records[0].operation = Operation.SNAPSHOT
     messages, taken = kernel_direct(records, store)
-    assert taken == [] and messages == python_path(monkeypatch, records, store)
+    assert taken == [] and messages == python_path(records, store)
     assert b'"ptn":3' in messages[0][0]
 
 
@@ -236,10 +226,10 @@ BAD_VALUES = [
 
 @needs_kernel
 @pytest.mark.parametrize("column,value", BAD_VALUES, ids=[f"{c}={v!r}"[:40] for c, v in BAD_VALUES])
-def test_values_outside_the_fast_path(monkeypatch, store, column, value):
+def test_values_outside_the_fast_path(store, column, value):
     good = base_record(store)
     bad = base_record(store, dict(ROW, **{column: value}))
-    kernel, python = both(monkeypatch, [good, bad, good], store)
+    kernel, python = encode_both([good, bad, good], store)
     assert kernel == python
 
 
@@ -318,68 +308,68 @@ MUTATIONS = _mutations()
 @pytest.mark.parametrize("options", [None, {"output-old-value": False, "delete-only-output-handle-key-columns": True},
                                      {"only-output-updated-columns": True}], ids=["default", "no-old", "only-updated"])
 @pytest.mark.parametrize("build", [b for _, b in MUTATIONS], ids=[n for n, _ in MUTATIONS])
-def test_unusual_records_go_the_python_way(monkeypatch, store, build, options):
-    kernel, python = both(monkeypatch, build(store), store, options)
+def test_unusual_records_go_the_python_way(store, build, options):
+    kernel, python = encode_both(build(store), store, options)
     assert kernel == python
 
 
 @needs_kernel
 @pytest.mark.parametrize("limit", [100, 700, 1200, 5000])
-def test_max_message_bytes(monkeypatch, store, limit):
+def test_max_message_bytes(store, limit):
     records = [base_record(store) for _ in range(5)]
-    kernel, python = both(monkeypatch, records, store, {"max-message-bytes": limit, "max-batch-size": 16})
+    kernel, python = encode_both(records, store, {"max-message-bytes": limit, "max-batch-size": 16})
     assert kernel == python
     if limit == 100:
-        assert kernel[0] is op.MessageTooLarge
+        assert kernel[:2] == ("error", op.MessageTooLarge)
 
 
 @needs_kernel
-def test_max_message_bytes_boundaries(monkeypatch, store):
+def test_max_message_bytes_boundaries(store):
     """Limits one byte either side of where a row alone, and a second row, still fit."""
     records = [base_record(store) for _ in range(3)]
-    (key, value), = python_path(monkeypatch, records[:1], store)
+    (key, value), = python_path(records[:1], store)
     row_bytes = (len(key) - 16) + (len(value) - 8) + 16  # the row's key and value JSON plus the slack
     alone, second = row_bytes + 8 + 36, 2 * row_bytes + 36
     for limit in (alone - 1, alone, alone + 1, second - 1, second, second + 1):
-        kernel, python = both(monkeypatch, records, store, {"max-message-bytes": limit})
+        kernel, python = encode_both(records, store, {"max-message-bytes": limit})
         assert kernel == python, limit
-    assert both(monkeypatch, records, store, {"max-message-bytes": alone - 1})[0][0] is op.MessageTooLarge
+    assert encode_both(records, store, {"max-message-bytes": alone - 1})[0][:2] == ("error", op.MessageTooLarge)
 
 
 @needs_kernel
-def test_every_byte_and_ascii_char(monkeypatch, store):
+def test_every_byte_and_ascii_char(store):
     """Each byte alone in VARBINARY (Go quoting vs plain) and BLOB, each char below U+0100 in text."""
     records = [base_record(store, dict(ROW, raw=bytes([b]), data=bytes([b]) * (b % 4), name=chr(b) * 2,
                                        note=chr(b), doc=chr(b))) for b in range(256)]
-    kernel, python = both(monkeypatch, records, store, {"max-batch-size": 16})
+    kernel, python = encode_both(records, store, {"max-batch-size": 16})
     assert kernel == python
     messages, taken = kernel_direct(records, store)
-    assert messages == python
+    assert ("ok", messages) == python
     assert taken == []  # non-plain bytes go through the column's converter (go_quote), not the fallback
 
 
 @needs_kernel
-def test_unicode_names(monkeypatch, store):
+def test_unicode_names(store):
     t = TableSchema("数据", "t-2\u2028", (Column("ü\x01\"k", "INT", nullable=False, primary_key=True, handle_key=True),
                                         Column("x y\U0001F600", "VARCHAR", length=8)))
     records = row_records(t, [{"ü\x01\"k": 1, "x y\U0001F600": "\x00\x1f\u2028"}] * 3,
                           ["insert", "update", "delete"], store)
     messages, taken = kernel_direct(records, store)
-    assert taken == [] and messages == python_path(monkeypatch, records, store)
+    assert taken == [] and messages == python_path(records, store)
 
 
 @needs_kernel
-def test_records_without_a_store_and_iterators(monkeypatch, store):
+def test_records_without_a_store_and_iterators(store):
     records = [base_record(store) for _ in range(3)]
-    assert op.OpenProtocolEncoder().encode_records(iter(records), store) == python_path(monkeypatch, records, store)
+    assert op.OpenProtocolEncoder().encode_records(iter(records), store) == python_path(records, store)
     assert op.OpenProtocolEncoder().encode_records(records) == op.OpenProtocolEncoder().encode(from_records(records))
 
 
-def test_kernel_off_is_the_python_path(monkeypatch, store):
+def test_kernel_off_is_the_python_path(store):
     records = [base_record(store), to_record(ResolvedEvent(9), b"", store)]
-    monkeypatch.setattr(op_encode, "_encode_kernel", None)
-    assert op.OpenProtocolEncoder().encode_records(records, store) == \
-        op.OpenProtocolEncoder().encode(from_records(records, store))
+    with OPEN_ENCODE.off():
+        assert op.OpenProtocolEncoder().encode_records(records, store) == \
+            op.OpenProtocolEncoder().encode(from_records(records, store))
 
 
 # --------------------------------------------------------------------------- references held and released
