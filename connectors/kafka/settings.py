@@ -22,7 +22,7 @@ from .clientlog import CLIENT_LOG
 
 PLUGIN = "kafka"
 T = TypeVar("T")
-PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json")
+PROTOCOLS = ("avro", "canal-json", "open-protocol", "opencdc-json", "raw")
 PROTOCOL_ALIASES = {"flat-avro": "avro"}  # TiCDC's other name for its Avro protocol
 DISPATCHERS = ("default", "table", "ts", "index-value", "rowid", "columns")
 CONSISTENCY = ("row", "transaction")
@@ -60,6 +60,46 @@ def _p(description: str, **kw: Any) -> Parameter:
     return Parameter(description=description, **kw)
 
 
+# Conduit's kafka connector (github.com/ConduitIO/conduit-connector-kafka): its setting names, read
+# when a pipeline file written for Conduit gives them; the messages are then Conduit's too (no
+# ``protocol``: the source reads raw messages, the destination writes records in the JSON form)
+_CONDUIT_COMMON: dict[str, Parameter] = {
+    "clientID": _p("Conduit: client id of the connections (kafka.client.id)."),
+    "tls.enabled": _p("Conduit: connect with TLS.", type=ParamType.BOOL),
+    "caCert": _p("Conduit: CA certificate (PEM text) the brokers' certificates are checked against."),
+    "clientCert": _p("Conduit: client certificate (PEM text)."),
+    "clientKey": _p("Conduit: client key (PEM text, secret).", secret=True),
+    "insecureSkipVerify": _p("Conduit: do not check the brokers' certificates.", type=ParamType.BOOL),
+    "saslMechanism": _p("Conduit: SASL mechanism.", inclusion=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    "saslUsername": _p("Conduit: SASL user name."),
+    "saslPassword": _p("Conduit: SASL password (secret).", secret=True),
+}
+_CONDUIT_SOURCE: dict[str, Parameter] = {
+    "groupID": _p("Conduit: consumer group id (group.id)."),
+    "readFromBeginning": _p("Conduit: a partition without a committed offset starts at its first message "
+                            "(else at its end; read-from).", type=ParamType.BOOL),
+    "retryGroupJoinErrors": _p("Conduit: accepted; the consumer always retries joining its group.", type=ParamType.BOOL),
+    "commitOffsetsSize": _p("Conduit: accepted; offsets are committed once their records are acknowledged.",
+                            type=ParamType.INT, greater_than=-1),
+    "commitOffsetsDelay": _p("Conduit: accepted; offsets are committed once their records are acknowledged.",
+                             type=ParamType.DURATION),
+}
+_CONDUIT_DESTINATION: dict[str, Parameter] = {
+    "acks": _p("Conduit: acknowledgements a write waits for; cdcflow's idempotent producer always waits for "
+               "every in-sync replica, so only all is accepted.", inclusion=("all",)),
+    "deliveryTimeout": _p("Conduit: longest wait for one batch's delivery (delivery-timeout).", type=ParamType.DURATION),
+    "compression": _p("Conduit: message compression (kafka.compression.type).", inclusion=COMPRESSIONS),
+    "batchBytes": _p("Conduit: largest batch of messages sent at once, in bytes (kafka.batch.size).",
+                     type=ParamType.INT, greater_than=0),
+}
+# Conduit name -> the cdcflow setting it stands for
+_CONDUIT_NAMES = {
+    "groupID": "group.id", "clientID": "kafka.client.id", "saslMechanism": "kafka.sasl.mechanism",
+    "saslUsername": "kafka.sasl.username", "saslPassword": "kafka.sasl.password",
+    "caCert": "kafka.ssl.ca.pem", "clientCert": "kafka.ssl.certificate.pem", "clientKey": "kafka.ssl.key.pem",
+    "deliveryTimeout": "delivery-timeout", "compression": "kafka.compression.type", "batchBytes": "kafka.batch.size",
+}
+
 _COMMON: dict[str, Parameter] = {
     "uri": _p("TiCDC sink URI kafka://host:port[,host:port]/topic?protocol=...&...; discrete settings win."),
     "servers": _p("Bootstrap servers, comma separated (default: the URI's hosts)."),
@@ -84,6 +124,8 @@ _COMMON: dict[str, Parameter] = {
 
 SOURCE_PARAMS: dict[str, Parameter] = {
     **_COMMON,
+    **_CONDUIT_COMMON,
+    **_CONDUIT_SOURCE,
     "topics": _p("Topics to read, comma separated (default: the URI's topic)."),
     "group.id": _p("Consumer group offsets are committed to after downstream acknowledgement "
                    "(default: cdcflow-<connector id>)."),
@@ -99,6 +141,8 @@ SOURCE_PARAMS: dict[str, Parameter] = {
 
 DESTINATION_PARAMS: dict[str, Parameter] = {
     **_COMMON,
+    **_CONDUIT_COMMON,
+    **_CONDUIT_DESTINATION,
     "topic": _p("Topic or topic rule with {schema} and {table} (default: the URI's topic)."),
     "partition": _p("Partition dispatcher.", inclusion=DISPATCHERS),
     "columns": _p("Columns the 'columns' dispatcher hashes, comma separated."),
@@ -211,6 +255,31 @@ def parse_uri(uri: str, plugin: str = PLUGIN) -> tuple[str, str, dict[str, str]]
     return servers, topic, opts
 
 
+def _conduit_settings(merged: dict[str, Any], plugin: str) -> None:
+    """Conduit's kafka setting names, given in ``merged``, become the cdcflow settings they stand for
+    (a cdcflow name given as well wins); TLS and SASL then follow the same rules as TiCDC's."""
+    given = [k for k in (*_CONDUIT_NAMES, "readFromBeginning", "tls.enabled", "insecureSkipVerify") if k in merged]
+    if not given:
+        return
+    for conduit, ours in _CONDUIT_NAMES.items():
+        if conduit in merged:
+            merged.setdefault(ours, merged.pop(conduit))
+    if "readFromBeginning" in merged:
+        merged.setdefault("read-from", "earliest" if option_bool(plugin, "readFromBeginning",
+                                                                 merged.pop("readFromBeginning")) else "latest")
+    rules = {}
+    if "tls.enabled" in merged:
+        rules["enable-tls"] = merged.pop("tls.enabled")
+    if any(f"kafka.ssl.{n}.pem" in merged for n in ("ca", "certificate", "key")):
+        rules.setdefault("enable-tls", "true")
+    if "insecureSkipVerify" in merged:
+        rules["insecure-skip-verify"] = merged.pop("insecureSkipVerify")
+    if rules or any(k.startswith("kafka.sasl.") for k in merged):
+        opts = {k: str(v) for k, v in merged.items() if k.startswith("kafka.")}
+        _client_security(opts, {k: str(v) for k, v in rules.items()}, False, plugin)
+        merged.update(opts)
+
+
 def _client_security(opts: dict[str, str], rules: dict[str, str], ssl_scheme: bool, plugin: str) -> None:
     """TiCDC's TLS and SASL URI parameters → librdkafka's ``security.protocol`` and friends.
 
@@ -288,14 +357,18 @@ def resolve(config: Mapping[str, Any], side: str, plugin: str = PLUGIN) -> Kafka
     for k, v in config.items():
         if k != "uri" and v is not None and v != "":
             merged[k] = v
+    _conduit_settings(merged, plugin)
     servers = str(merged.get("servers") or servers)
     if not servers:
         raise ConfigError(plugin, "servers", "required", "set servers or uri (kafka://host:port/topic)")
     protocol = str(merged.get("protocol") or "")
     protocol = _choice(plugin, "protocol", PROTOCOL_ALIASES.get(protocol, protocol), PROTOCOLS) if protocol else None
-    if protocol is None:
-        raise ConfigError(plugin, "protocol", "required",
-                          f"set protocol ({', '.join(PROTOCOLS)}) as a setting or in the URI")
+    if protocol is None:  # Conduit's kafka connector: raw messages in, records in the JSON form out
+        protocol = "raw" if side == "source" else "opencdc-json"
+        merged.setdefault("read-from", "latest")  # Conduit's readFromBeginning defaults to false
+    if protocol == "raw" and side != "source":
+        raise ConfigError(plugin, "protocol", "source-only", "protocol raw is for the source (Conduit's raw "
+                          "messages); the destination writes opencdc-json, as Conduit's does")
     s = KafkaSettings(servers=servers, protocol=protocol)
     s.enable_tidb_extension = option_bool(plugin, "enable-tidb-extension", merged.get("enable-tidb-extension", False))
     s.avro_enable_watermark = option_bool(plugin, "avro-enable-watermark", merged.get("avro-enable-watermark", False))
@@ -352,6 +425,7 @@ def _resolve_source(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str)
             "canal-json": "canal-json has watermarks only with enable-tidb-extension=true",
             "avro": "avro has checkpoint events only with enable-tidb-extension=true and avro-enable-watermark=true",
             "opencdc-json": "opencdc-json carries no resolved events",
+            "raw": "raw messages carry no resolved events",
         }[s.protocol]
         raise ConfigError(plugin, "consistency", "needs-resolved-ts",
                           f"consistency=transaction needs resolved events: {why}")

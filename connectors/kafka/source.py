@@ -35,7 +35,7 @@ from confluent_kafka import (OFFSET_BEGINNING, OFFSET_END, TIMESTAMP_NOT_AVAILAB
 
 from cdcflow.convert import jsonform
 from cdcflow.errors import CdcflowError, InfrastructureError
-from cdcflow.record import Record
+from cdcflow.record import META_COLLECTION, META_CREATED_AT, Operation, Record
 from cdcflow.sdk import Source
 
 from ..ticdc.errors import CodecError
@@ -45,6 +45,9 @@ from .consistency import Dedup, TransactionBuffer
 from .errors import KafkaUnavailableError
 from .settings import PLUGIN, KafkaSettings, make_client, resolve
 from .topics import TopicGone, TopicWatch
+
+#: metadata prefix of a raw message's headers, as Conduit's kafka source names them
+RAW_HEADER_PREFIX = "kafka.header."
 
 log = logging.getLogger("cdcflow.connectors.kafka.source")
 
@@ -73,6 +76,19 @@ class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
     def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str, *, servers: str):
         KafkaSourceError.__init__(self, plugin_id, topic, partition, offset, message)
         self.service, self.endpoint = "kafka", servers
+
+
+def raw_record(msg) -> Record:
+    """A message as Conduit's kafka source makes it a record: a create with the message key and
+    value as raw data, the topic as collection, the message time as ``opencdc.createdAt`` and
+    each header as ``kafka.header.<name>``."""
+    metadata = {META_COLLECTION: msg.topic()}
+    kind, ms = msg.timestamp()
+    if kind != TIMESTAMP_NOT_AVAILABLE:
+        metadata[META_CREATED_AT] = str(ms * 1_000_000)
+    for name, value in msg.headers() or ():
+        metadata[RAW_HEADER_PREFIX + name] = value.decode("utf-8", "replace") if value is not None else ""
+    return Record(b"", Operation.CREATE, metadata, msg.key(), None, msg.value())
 
 
 def _avro_event(decode, msg):
@@ -291,6 +307,8 @@ class KafkaSource(Source):
                 return [self._decoder.decode(value)]
             if proto == "open-protocol":
                 return self._decoder.decode(msg.key(), msg.value())
+            if proto == "raw":
+                return [raw_record(msg)]
             value = msg.value()
             return [] if value is None else [jsonform.loads_record(value, self._store)]
         except InfrastructureError:
@@ -481,7 +499,7 @@ class KafkaSource(Source):
         admit_row_json, admit_ddl, state_json = dedup.admit_row_json, dedup.admit_ddl, dedup.state_json
         tid = self._tid
         proto = self.settings.protocol
-        avro = proto == "avro"
+        avro, raw = proto == "avro", proto == "raw"
         decode = self._decoder.decode if self._decoder is not None else None
         events: list = []
         positions: list[bytes] = []
@@ -489,6 +507,8 @@ class KafkaSource(Source):
             try:
                 if avro:
                     ev = _avro_event(decode, m)
+                elif raw:
+                    ev = raw_record(m)
                 else:
                     value = m.value()
                     if value is None:
