@@ -1,7 +1,7 @@
 """The ``generator`` source: deterministic sample records.
 
-Settings follow Conduit's generator (``recordCount``, ``rate``, ``readTime``,
-``operations``, ``format.type``, ``format.options.*``, ``collections.*``) plus
+Settings follow Conduit's generator (``recordCount``, ``rate``, ``readTime``, ``burst.*``,
+``operations``, ``format.type`` incl. ``file``, ``format.options.*``, ``collections.*``) plus
 cdcflow's ``seed``, ``partitions`` and ``format.type: tidb``.
 
 Determinism: record ``seq`` of partition ``p`` is drawn from a random generator
@@ -32,7 +32,7 @@ from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
 PLUGIN = "generator"
 OPERATIONS = ("create", "update", "delete", "snapshot")
-FORMATS = ("raw", "structured", "tidb")
+FORMATS = ("raw", "structured", "file", "tidb")
 FIELD_TYPES = ("int", "string", "time", "bool", "duration")
 DEFAULT_TIDB_COLLECTION = "cdcflow_gen.all_types"
 #: opencdc.createdAt of record 0; later records are 1 ms apart (deterministic, unlike wall time)
@@ -58,12 +58,20 @@ SOURCE_PARAMS: dict[str, Parameter] = {
     ),
     "format.type": Parameter(
         ParamType.STRING, "structured",
-        "Payload format: raw (JSON bytes), structured (a map), or tidb (rows of every TiDB column type).",
+        "Payload format: raw (JSON bytes), structured (a map), file (the bytes of format.options.path), "
+        "or tidb (rows of every TiDB column type).",
         inclusion=FORMATS,
     ),
     "format.options.*": Parameter(
         ParamType.STRING, None,
-        "For raw and structured: field name -> type, type one of int, string, time, bool, duration.",
+        "For raw and structured: field name -> type, type one of int, string, time, bool, duration; "
+        "for file: path, the file whose contents every record's payload is.",
+    ),
+    "burst.sleepTime": Parameter(
+        ParamType.DURATION, "0s", "Time the generator sleeps between bursts (0: no bursts).",
+    ),
+    "burst.generateTime": Parameter(
+        ParamType.DURATION, "1s", "Time a burst generates records (with burst.sleepTime).", greater_than=0,
     ),
     "collections.*": Parameter(
         ParamType.STRING, None,
@@ -304,6 +312,7 @@ class CollectionSpec:
     fields: tuple[tuple[str, str], ...]  # raw/structured: (field, type)
     operations: tuple[Operation, ...]
     table: TableSchema | None  # tidb
+    data: bytes | None = None  # file: every record's payload, read once (as Conduit caches it)
 
 
 def _parse_operations(text: str, setting: str) -> tuple[Operation, ...]:
@@ -364,7 +373,18 @@ def parse_collections(config: Mapping[str, Any]) -> list[CollectionSpec]:
             top_fields, "format.options.")
         fields: tuple[tuple[str, str], ...] = ()
         table = None
-        if fmt == "tidb":
+        data = None
+        if fmt == "file":
+            path = options.get("path", "").strip()
+            if not path:
+                raise ConfigError(PLUGIN, prefix + "path", "required", "format file needs the file: "
+                                  f"{prefix}path")
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError as e:
+                raise ConfigError(PLUGIN, prefix + "path", "file", f"cannot read {path}: {e.strerror or e}") from None
+        elif fmt == "tidb":
             coll = name or DEFAULT_TIDB_COLLECTION
             table = _table_for(coll)
             name = coll
@@ -373,7 +393,7 @@ def parse_collections(config: Mapping[str, Any]) -> list[CollectionSpec]:
             if not fields:
                 raise ConfigError(PLUGIN, prefix + "*", "required",
                                   f"format {fmt} needs at least one field, e.g. {prefix}id: int")
-        specs.append(CollectionSpec(name, fmt, fields, ops, table))
+        specs.append(CollectionSpec(name, fmt, fields, ops, table, data))
     return specs
 
 
@@ -396,6 +416,10 @@ class GeneratorSource(Source):
         if rate == 0 and read_time > 0:
             rate = 1.0 / read_time
         self.rate: float = rate
+        self.burst_sleep = float(config.get("burst.sleepTime") or 0.0)
+        self.burst_generate = float(config.get("burst.generateTime") or 1.0)
+        if self.burst_sleep < 0:
+            raise ConfigError(PLUGIN, "burst.sleepTime", "greater-than", "burst.sleepTime must not be negative")
         self.collections = parse_collections(config)
         self._store = None
         self._attach: Callable[..., None] | None = None
@@ -454,6 +478,8 @@ class GeneratorSource(Source):
             if left <= 0:
                 return None
             n = min(n, left)
+        if self.burst_sleep > 0 and not self._in_burst():
+            return []
         if self._rate > 0:
             n = min(n, self._due())
             if n <= 0:
@@ -468,6 +494,16 @@ class GeneratorSource(Source):
     def lag(self) -> int | None:
         """Records of this partition still to generate (None when unbounded)."""
         return None if self._limit is None else self._limit - self._next
+
+    def _in_burst(self) -> bool:
+        """Whether this moment is in a burst (``burst.generateTime`` long, every generate + sleep time from
+        open); in a pause, sleeps until the next burst (at most 1 s, so a read stays short) and says no."""
+        cycle = self.burst_generate + self.burst_sleep
+        into = (time.monotonic() - self._started) % cycle
+        if into < self.burst_generate:
+            return True
+        time.sleep(min(cycle - into, 1.0))
+        return False
 
     def _due(self) -> int:
         """Records the rate allows now; sleeps (at most 1 s) until one is due."""
@@ -529,6 +565,8 @@ class GeneratorSource(Source):
 
     @staticmethod
     def _fields_row(coll: CollectionSpec, row_id: int, rng: random.Random) -> Any:
+        if coll.format == "file":
+            return coll.data
         row = {name: _field_value(ftype, rng) for name, ftype in coll.fields}
         if coll.format == "raw":
             return orjson.dumps(row, option=orjson.OPT_SORT_KEYS)

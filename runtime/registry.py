@@ -139,11 +139,14 @@ class PluginInfo:
         if side not in self.sides:
             raise ConfigError(self.ref, None, "kind", f"{self.kind} {self.name!r} has no {side} side"
                               f" (it has: {', '.join(self.sides) or 'none'})")
-        if side == "source":
-            return self.source_params
-        if side == "destination":
-            return self.destination_params
-        return self.params
+        if side == "transform":
+            return self.params
+        own = self.source_params if side == "source" else self.destination_params
+        if self.type != BUILTIN:  # a standalone plugin's spec lists the sdk.* settings its own SDK applies
+            return own
+        from .engine import middleware  # Conduit's sdk.* settings, which the engine applies around the plugin
+
+        return {**(middleware.SOURCE_PARAMS if side == "source" else middleware.DESTINATION_PARAMS), **own}
 
     def validate(self, side: str, settings: Mapping[str, str], *, plugin_id: str | None = None) -> dict[str, Any]:
         """Check ``settings`` against the spec of ``side``; return typed values.
@@ -319,13 +322,10 @@ def _connector_info(plugin: object, origin: str) -> PluginInfo:
             raise PluginLoadError(f"{plugin.name}: {side} {cls!r} is not a subclass of cdcflow.sdk.{base.__name__}")
     if plugin.source is None and plugin.destination is None:
         raise PluginLoadError(f"{plugin.name}: neither a source nor a destination class")
-    from .engine import middleware  # Conduit's sdk.* settings, applied by the engine around the plugin
-
     return PluginInfo(
         kind=CONNECTOR, type=BUILTIN, name=plugin.name, version=plugin.version, summary=plugin.summary,
         description=plugin.description, author=plugin.author,
-        source_params={**middleware.SOURCE_PARAMS, **plugin.source_params},
-        destination_params={**middleware.DESTINATION_PARAMS, **plugin.destination_params},
+        source_params=dict(plugin.source_params), destination_params=dict(plugin.destination_params),
         has_source=plugin.source is not None, has_destination=plugin.destination is not None,
         origin=origin, impl=plugin,
     )

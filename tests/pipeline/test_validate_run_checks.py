@@ -35,6 +35,7 @@ pipelines:
         settings:
           servers: 127.0.0.1:1
           topic: t
+          partition: columns
 """
 
 
@@ -49,7 +50,7 @@ def _expected(path: str) -> list[tuple[str, str]]:
     return [
         (f"{path}:10: ", "parameter 'recordCont': unrecognized parameter (did you mean 'recordCount'?)"),
         (f"{path}:16: ", "unknown URI parameter 'protocl' (did you mean 'protocol'?)"),
-        (f"{path}:17: ", "connector 'bus': parameter 'protocol'"),
+        (f"{path}:17: ", "connector 'bus': parameter 'columns'"),
     ]
 
 

@@ -180,3 +180,42 @@ def test_lag_counts_down_to_zero():
     assert len(got) == 3 and src.lag() == 2
     src.read(10)
     assert src.lag() == 0
+
+
+# -- Conduit's generator settings: format.type file and burst.* (github.com/ConduitIO/conduit-connector-generator,
+# config.go: format.options.path is read once and every record carries its bytes; bursts of
+# burst.generateTime separated by burst.sleepTime)
+def test_file_format_payload_is_the_files_bytes(info, tmp_path):
+    data = b'{"hello": "world"}\n\x00\xff binary too'
+    (tmp_path / "payload.bin").write_bytes(data)
+    src = open_source(info, {"format.type": "file", "format.options.path": str(tmp_path / "payload.bin"),
+                             "recordCount": "5", "operations": "create,snapshot"})
+    records = read_all(src)
+    assert len(records) == 5 and all(r.after == data for r in records)
+    assert {r.operation for r in records} <= {Operation.CREATE, Operation.SNAPSHOT}
+
+
+def test_file_format_names_a_missing_file(info, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        open_source(info, {"format.type": "file", "format.options.path": str(tmp_path / "nope")})
+    assert err.value.parameter == "format.options.path" and "nope" in str(err.value)
+    with pytest.raises(ConfigError, match="format.options.path"):
+        open_source(info, {"format.type": "file"})
+
+
+def test_bursts_generate_only_inside_their_windows(info):
+    src = open_source(info, {"format.type": "structured", "format.options.id": "int",
+                             "burst.generateTime": "150ms", "burst.sleepTime": "250ms"})
+    started = src._started
+    produced, empty = [], 0
+    deadline = time.monotonic() + 1.3
+    while time.monotonic() < deadline:
+        before = time.monotonic()
+        batch = src.read(50)
+        if batch:
+            produced.append((before - started) % 0.4)
+        else:
+            empty += 1
+    assert produced and empty  # it generated, and it paused
+    # every batch began inside a burst window (or within 5 ms of the next one's start)
+    assert all(phase < 0.15 or phase > 0.395 for phase in produced)
