@@ -10,8 +10,9 @@ under an exclusive ``flock`` shared by every writer of the file. Synced pages ar
 then dropped from the page cache (``_drop_written``).
 As a standalone plugin it also takes the request messages' bytes (``write_wire``, the
 engine-internal ``WireDestination`` fast path):
-the JSON-form kernel writes their lines without building records. In the engine, a
-source's lazy batch (``cdcflow.engine.fastpath.RecordBatch``) is asked for its lines first.
+the JSON-form kernel writes their lines without building records.
+A line holds plain JSON values only (``cdcflow.convert.jsonform``): a file written by one run
+reads in any other run, on any machine, or in Conduit, with no shared state.
 
 Source: follows the file as it grows. A position is the byte offset just after
 a record's line (ASCII decimal), so a restart resumes at the next line. A last
@@ -38,7 +39,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.errors import CdcflowError, RecordError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
@@ -103,9 +103,7 @@ class FileDestination(Destination):
         if not records:
             return None
         self._check_open()
-        # a source's lazy batch writes its lines without making its Records, if it can
-        data = records.jsonform_lines(self._store) if isinstance(records, RecordBatch) else None
-        self._append([data if data is not None else self._dumps(records, self._store)])
+        self._append([self._dumps(records)])
         return None
 
     def write_wire(self, messages: Sequence[bytes]) -> list[Any]:
@@ -136,7 +134,7 @@ class FileDestination(Destination):
         records = from_wire(message, self._store, failed)
         good = [r for r in records if r is not None] if failed else records
         positions = [r.position if r is not None else failed[i][0] for i, r in enumerate(records)]
-        return (self._dumps(good, self._store) if good else b""), (positions, failed)
+        return (self._dumps(good) if good else b""), (positions, failed)
 
     def _check_open(self) -> None:
         if self._fd is None:
@@ -255,9 +253,6 @@ class FileSource(Source):
         return [f"{i}/{self.readers}/{self.split_size}" for i in range(self.readers)]
 
     def open(self, position: bytes | None, partition: str = "") -> None:
-        from cdcflow.schemas import default_store
-
-        self._store = default_store()
         self._loads = _jsonform().loads_lines
         try:
             reader, readers, split = (int(x) for x in partition.split("/")) if partition else (0, 1, 0)
@@ -359,7 +354,7 @@ class FileSource(Source):
 
     def _parse(self, lines: list[bytes], ends: list[int]) -> list[Record]:
         try:
-            records = self._loads(b"\n".join(lines) + b"\n", self._store)
+            records = self._loads(b"\n".join(lines) + b"\n")
         except Exception:  # noqa: BLE001 - find the bad line and name it
             self._raise_for_bad_line(lines, ends)
             raise
@@ -373,12 +368,12 @@ class FileSource(Source):
         loads_record = _jsonform().loads_record
         for line, end in zip(lines, ends):
             try:
-                loads_record(line, self._store)
+                loads_record(line)
             except Exception:  # noqa: BLE001 - this is the bad line; parse again to name its number
                 start = end - len(line) - 1
                 line_no = self._line_number(start)
                 try:
-                    loads_record(line, self._store, line_no)
+                    loads_record(line, line_no)
                 except Exception as e:  # noqa: BLE001
                     raise MalformedLineError(self.path, line_no, start, str(e) or type(e).__name__) from e
 
