@@ -538,6 +538,7 @@ static int put_record_fields(tt_buf *b, Batch *bt, PyObject *const *attrs)
         || tt_buf_put(b, ",\"metadata\":", 12) < 0)
         return TT_ERR;
     if (PyDict_GET_SIZE(metadata) == 0) {
+        batch_forget(bt); /* the cached metadata text is in the previous line only */
         if (tt_buf_put(b, "null", 4) < 0)
             return TT_ERR;
     } else {
