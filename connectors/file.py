@@ -253,6 +253,9 @@ class FileSource(Source):
         return [f"{i}/{self.readers}/{self.split_size}" for i in range(self.readers)]
 
     def open(self, position: bytes | None, partition: str = "") -> None:
+        from cdcflow.schemas import default_store
+
+        self._store = default_store()  # a schema a line's metadata names restores its types, if held here
         self._loads = _jsonform().loads_lines
         try:
             reader, readers, split = (int(x) for x in partition.split("/")) if partition else (0, 1, 0)
@@ -354,7 +357,7 @@ class FileSource(Source):
 
     def _parse(self, lines: list[bytes], ends: list[int]) -> list[Record]:
         try:
-            records = self._loads(b"\n".join(lines) + b"\n")
+            records = self._loads(b"\n".join(lines) + b"\n", self._store)
         except Exception:  # noqa: BLE001 - find the bad line and name it
             self._raise_for_bad_line(lines, ends)
             raise
@@ -368,12 +371,12 @@ class FileSource(Source):
         loads_record = _jsonform().loads_record
         for line, end in zip(lines, ends):
             try:
-                loads_record(line)
+                loads_record(line, self._store)
             except Exception:  # noqa: BLE001 - this is the bad line; parse again to name its number
                 start = end - len(line) - 1
                 line_no = self._line_number(start)
                 try:
-                    loads_record(line, line_no)
+                    loads_record(line, self._store, line_no)
                 except Exception as e:  # noqa: BLE001
                     raise MalformedLineError(self.path, line_no, start, str(e) or type(e).__name__) from e
 

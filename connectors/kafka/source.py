@@ -292,7 +292,7 @@ class KafkaSource(Source):
             if proto == "open-protocol":
                 return self._decoder.decode(msg.key(), msg.value())
             value = msg.value()
-            return [] if value is None else [jsonform.loads_record(value)]
+            return [] if value is None else [jsonform.loads_record(value, self._store)]
         except InfrastructureError:
             raise  # the registry is down: the batch fails, the message is not to blame
         except (CodecError, CdcflowError, ValueError) as e:
@@ -493,7 +493,7 @@ class KafkaSource(Source):
                     value = m.value()
                     if value is None:
                         continue
-                    ev = decode(value) if decode is not None else jsonform.loads_record(value)
+                    ev = decode(value) if decode is not None else jsonform.loads_record(value, self._store)
             except InfrastructureError:
                 raise  # the registry is down: the batch fails, the message is not to blame
             except (CodecError, CdcflowError, ValueError) as e:

@@ -232,7 +232,7 @@ static int put_quoted_text(tt_buf *b, int kind, PyObject *v)
 }
 
 
-/* jsonform.rfc3339 of a naive datetime (taken as UTC): YYYY-MM-DDTHH:MM:SS[.fraction]Z, the
+/* textforms.rfc3339_text of a naive datetime (taken as UTC): YYYY-MM-DDTHH:MM:SS[.fraction]Z, the
  * fraction without trailing zeros; TT_PASS for one with a time zone (Python writes its offset). */
 static int put_datetime(tt_buf *b, PyObject *v)
 {

@@ -31,7 +31,7 @@ import datetime as _dt
 import json
 import re
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -40,9 +40,11 @@ from ..errors import ConversionError
 from ..record import META_KEY_SCHEMA_SUBJECT as _KEY_SUBJECT
 from ..record import META_PAYLOAD_SCHEMA_SUBJECT as _PAYLOAD_SUBJECT
 from ..record import Operation, Record
+from ..schemas import SchemaStore
+from .jsontypes import NotRestored, Restorer
 from .protobuf import _metadata_of
 from .schemaref import in_context
-from .textforms import TEXT_FORMS, b64, unb64
+from .textforms import TEXT_FORMS, b64, rfc3339_text, unb64
 
 #: the compiled writer (runtime/convert/_jsonform.c), or None: the Python path below writes every line
 _kernel = accel.load("cdcflow.convert._jsonform")
@@ -74,22 +76,7 @@ def go_float(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def rfc3339(value: _dt.datetime) -> str:
-    """A datetime as Go's ``time.Time`` writes it in JSON (RFC 3339, the fraction without
-    trailing zeros, ``Z`` for a zero offset); a naive datetime is taken as UTC."""
-    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
-    if value.microsecond:
-        text += f".{value.microsecond:06d}".rstrip("0")
-    offset = value.utcoffset()
-    if not offset:
-        return text + "Z"
-    minutes = offset.days * 1440 + offset.seconds // 60
-    sign = "-" if minutes < 0 else "+"
-    hours, minutes = divmod(abs(minutes), 60)
-    return f"{text}{sign}{hours:02d}:{minutes:02d}"
-
-
-_JSON_TEXT_FORMS = {**TEXT_FORMS, _dt.datetime: rfc3339}
+_JSON_TEXT_FORMS = {**TEXT_FORMS, _dt.datetime: rfc3339_text}
 
 
 def jsonable(value: Any, path: str = "$") -> Any:
@@ -219,9 +206,11 @@ def _data_of(value: Any, path: str) -> Any:
     raise ConversionError(f"data must be an object, a base64 string or null, not {t.__name__}", path=path)
 
 
-def record_of(obj: Any) -> Record:
+def record_of(obj: Any, restore: Callable[[dict, dict, str], Any] | None = None) -> Record:
     """The record of a parsed JSON line (Conduit's rules: a missing or null position, metadata
-    or data is empty; a missing or empty operation is ``Operation(0)``)."""
+    or data is empty; a missing or empty operation is ``Operation(0)``). ``restore``: a
+    ``jsontypes.Restorer``, which may give structured data its native values back (it raises
+    ``NotRestored`` when they do not fit the schema the metadata names)."""
     if type(obj) is not dict:
         raise ConversionError(f"a record must be a JSON object, not {type(obj).__name__}")
     get = obj.get
@@ -252,20 +241,43 @@ def record_of(obj: Any) -> Record:
         payload = {}
     elif type(payload) is not dict:
         raise ConversionError("payload must be an object with before/after", path="payload")
-    return Record(position, operation, metadata, _data_of(get("key"), "key"),
-                  _data_of(payload.get("before"), "payload.before"), _data_of(payload.get("after"), "payload.after"))
+    key = _data_of(get("key"), "key")
+    before = _data_of(payload.get("before"), "payload.before")
+    after = _data_of(payload.get("after"), "payload.after")
+    if restore is not None and metadata:
+        if type(key) is dict:
+            key = restore(key, metadata, "key")
+        if type(before) is dict:
+            before = restore(before, metadata, "payload")
+        if type(after) is dict:
+            after = restore(after, metadata, "payload")
+    return Record(position, operation, metadata, key, before, after)
 
 
-def _read_line(line: bytes, line_no: int, big_ints: bool = True) -> Record:
-    """``big_ints``: the line may hold an integer orjson cannot read exactly (see :func:`_may_hold_big_ints`)."""
-    try:
-        obj = json.loads(line) if big_ints and _may_hold_big_ints(line) else orjson.loads(line)
-    except ValueError as e:
-        raise ConversionError(f"line {line_no}: invalid JSON: {e}") from None
-    try:
-        return record_of(obj)
-    except ConversionError as e:
-        raise in_context(e, f"line {line_no}") from None
+class _Reader:
+    """Reads the lines of one batch; ``store``: a schema store whose schemas the metadata of a
+    record may name (``jsontypes``), or None for plain JSON values only."""
+
+    __slots__ = ("restore",)
+
+    def __init__(self, store: SchemaStore | None):
+        self.restore = None if store is None else Restorer(store)
+
+    def _parse(self, line: bytes, line_no: int, big_ints: bool) -> Any:
+        try:
+            return json.loads(line) if big_ints and _may_hold_big_ints(line) else orjson.loads(line)
+        except ValueError as e:
+            raise ConversionError(f"line {line_no}: invalid JSON: {e}") from None
+
+    def line(self, line: bytes, line_no: int, big_ints: bool = True) -> Record:
+        """``big_ints``: the line may hold an integer orjson cannot read exactly (see :func:`_may_hold_big_ints`)."""
+        try:
+            try:
+                return record_of(self._parse(line, line_no, big_ints), self.restore)
+            except NotRestored:  # values that do not fit their named schema: the plain JSON values
+                return record_of(self._parse(line, line_no, big_ints))
+        except ConversionError as e:
+            raise in_context(e, f"line {line_no}") from None
 
 
 # orjson reads integers past 64 bits as floats, so text that may hold one is read with json
@@ -297,20 +309,21 @@ def _may_hold_big_ints(data: bytes) -> bool:
     return False
 
 
-def loads_record(line: bytes | str, line_no: int = 1) -> Record:
-    """One record from one JSON line; errors name ``line_no``."""
+def loads_record(line: bytes | str, store: SchemaStore | None = None, line_no: int = 1) -> Record:
+    """One record from one JSON line; errors name ``line_no``. ``store``: see ``_Reader``."""
     if isinstance(line, str):
         line = line.encode()
-    return _read_line(line, line_no)
+    return _Reader(store).line(line, line_no)
 
 
-def loads_lines(data: bytes | str) -> list[Record]:
-    """Records from JSON lines (blank lines skipped); errors name the 1-based line number."""
+def loads_lines(data: bytes | str, store: SchemaStore | None = None) -> list[Record]:
+    """Records from JSON lines (blank lines skipped); errors name the 1-based line number.
+    ``store``: see ``_Reader``."""
     if isinstance(data, str):
         data = data.encode()
+    read = _Reader(store).line
     big_ints = _may_hold_big_ints(data)  # once for the batch; then line by line only if it may
-    return [_read_line(line, i, big_ints) for i, line in enumerate(data.split(b"\n"), 1)
-            if line and not line.isspace()]
+    return [read(line, i, big_ints) for i, line in enumerate(data.split(b"\n"), 1) if line and not line.isspace()]
 
 
 # ---------------------------------------------------------------------------

@@ -172,19 +172,14 @@ def generated_records(example: Path) -> list:
     return out
 
 
-def arrived_records(path: Path) -> list:
+def arrived_records(path: Path, store_path: Path) -> list:
     from cdcflow.convert import jsonform
+    from cdcflow.schemas import SchemaStore
 
     if not path.exists():
         raise QuickstartError(f"quickstart: the destination file {path} was not written")
-    return jsonform.loads_lines(path.read_bytes())
-
-
-def in_json_form(records: list) -> list:
-    """The records as the file holds them: JSON values (Decimal, datetimes as their text)."""
-    from cdcflow.convert import jsonform
-
-    return jsonform.loads_lines(jsonform.dumps_lines(records))
+    store = SchemaStore(store_path)
+    return jsonform.loads_lines(path.read_bytes(), store)
 
 
 def registry_subjects(url: str) -> list[str]:
@@ -250,8 +245,8 @@ def run_quickstart(file: str | None = None, *, master: str = "local[2]", out: Te
         if session is not None and session.owned:
             session.stop()
         stopped = services.down(dev_dir)
-    expected = in_json_form(generated_records(example))
-    arrived = arrived_records(output)
+    expected = generated_records(example)
+    arrived = arrived_records(output, state.schema_store_path)
     cmp = compare_records(expected, arrived)
     ops = ", ".join(f"{op} {n:,}" for op, n in sorted(cmp.by_operation.items()))
     print("\n== quickstart summary", file=out)

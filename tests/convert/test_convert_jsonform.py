@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 
+from cdcflow.convert.avro import avro_type
 from cdcflow.convert.jsonform import dumps_lines, dumps_record, loads_lines, loads_record
 from cdcflow.errors import ConversionError
 from cdcflow.record import Operation, Record
@@ -160,3 +161,59 @@ def test_conduit_reads_a_missing_or_empty_operation_as_operation_zero(line):
 
 def test_operation_n_names_a_known_operation():
     assert loads_record(b'{"operation":"Operation(3)"}').operation is Operation.DELETE
+
+
+# ---------------------------------------------------------------------------- optional restoring
+TABLE_SCHEMA = {
+    "type": "record", "name": "Payload", "fields": [
+        {"name": "id", "type": avro_type("long")},
+        {"name": "dec", "type": ["null", avro_type("decimal", precision=10, scale=2)]},
+        {"name": "ts", "type": avro_type("datetime")},
+        {"name": "b", "type": avro_type("bytes")},
+    ]}
+
+
+@pytest.fixture()
+def store():
+    from cdcflow.schemas import SchemaStore
+
+    s = SchemaStore()
+    yield s
+    s.close()
+
+
+def _named_record(store) -> Record:
+    import orjson
+
+    stored = store.register("db.t.payload", orjson.dumps(TABLE_SCHEMA).decode())
+    meta = {"opencdc.payload.schema.subject": "db.t.payload", "opencdc.payload.schema.version": str(stored.version)}
+    return Record(b"p", Operation.CREATE, meta, None, None,
+                  {"id": 7, "dec": Decimal("1.50"), "ts": dt.datetime(2020, 2, 20, 2, 20, 20, 5), "b": b"\x00"})
+
+
+def test_a_store_holding_the_named_schema_restores_the_values(store):
+    r = _named_record(store)
+    line = dumps_record(r)
+    assert json.loads(line)["payload"]["after"] == {"b": "AA==", "dec": "1.50", "id": 7, "ts": "2020-02-20T02:20:20.000005Z"}
+    assert loads_record(line, store) == r
+
+
+def test_without_the_named_schema_the_values_stay_plain_json(store):
+    """Another run's store does not hold the schema: no error, the JSON values as they are."""
+    from cdcflow.schemas import SchemaStore
+
+    line = dumps_record(_named_record(store))
+    other = SchemaStore()
+    try:
+        back = loads_record(line, other)
+    finally:
+        other.close()
+    assert back.after == {"b": "AA==", "dec": "1.50", "id": 7, "ts": "2020-02-20T02:20:20.000005Z"}
+    assert back.metadata["opencdc.payload.schema.subject"] == "db.t.payload"
+
+
+def test_values_that_do_not_fit_the_named_schema_stay_plain_json(store):
+    r = _named_record(store)
+    r.after["dec"] = "not a decimal"
+    (back,) = loads_lines(dumps_lines([r]), store)
+    assert back.after == {"b": "AA==", "dec": "not a decimal", "id": 7, "ts": "2020-02-20T02:20:20.000005Z"}
