@@ -9,7 +9,8 @@ wrote the file, or one sharing its state directory) gets the TiDB-typed values b
 values that do not fit it, leave the plain JSON values, never an error.
 
 Per schema (cached by fingerprint) one generated reader checks the JSON value against the
-schema and restores the native one in place.
+schema and restores the native one (a record's object as a new dict in the schema's field
+order; arrays and maps in place).
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ class _Source:
 
 class _ReaderGen:
     """``read(json) -> native``: checks the JSON value against the schema and restores the native
-    one. Works in place on the freshly parsed JSON (a record's object becomes its dict, keeping the
-    line's key order) and raises ``_Bad`` with the path when the value does not fit.
+    one: a record's object becomes a new dict in the schema's field order (the line has Go's sorted
+    key order); arrays and maps of the freshly parsed JSON are changed in place. Raises ``_Bad``
+    with the path when the value does not fit.
 
     ``known`` (a JSON type name: none, bool, int, float, str, dict, list) says which type a
     surrounding union test already established, so the value's own test is left out.
@@ -205,19 +207,19 @@ class _ReaderGen:
                 s.emit(2, f"{x} = j[{orig!r}]")
             s.emit(1, "except KeyError:")
             s.emit(2, f"_bad_keys(j, {names})")
+        values = []
         for orig, field, x in fields:
             s.emit(1, "try:")  # free unless raised (3.11 exception tables)
             mark = len(s.lines)
-            y = self.value(field, x, 2)
-            if y != x:
-                s.emit(2, f"j[{orig!r}] = {y}")
+            values.append((orig, self.value(field, x, 2)))
             if len(s.lines) == mark:
                 s.lines.pop()  # nothing to check: no try
                 continue
             s.emit(1, "except _Bad as b:")
             s.emit(2, f"b.path.append({'.' + orig!r})")
             s.emit(2, "raise")
-        s.emit(1, "return j")
+        # a new dict in the schema's field order (the line has Go's sorted key order)
+        s.emit(1, "return {" + ", ".join(f"{orig!r}: {y}" for orig, y in values) + "}")
 
     def _typed(self, x: str, py: str, what: str, i: int, known: str | None) -> None:
         if known != py:
@@ -238,8 +240,9 @@ class _ReaderGen:
         if kind == "foreign":
             return x
         if kind == "record":
-            s.emit(i, f"{self.record_function(node)}({x})")  # in place
-            return x
+            y = s.var("y")
+            s.emit(i, f"{y} = {self.record_function(node)}({x})")
+            return y
         if kind in ("array", "map"):
             self._container(node, x, i, known)
             return x
