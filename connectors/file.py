@@ -10,8 +10,9 @@ under an exclusive ``flock`` shared by every writer of the file. Synced pages ar
 then dropped from the page cache (``_drop_written``).
 As a standalone plugin it also takes the request messages' bytes (``write_wire``, the
 engine-internal ``WireDestination`` fast path):
-the JSON-form kernel writes their lines without building records. In the engine, a
-source's lazy batch (``cdcflow.engine.fastpath.RecordBatch``) is asked for its lines first.
+the JSON-form kernel writes their lines without building records.
+A line holds plain JSON values only (``cdcflow.convert.jsonform``): a file written by one run
+reads in any other run, on any machine, or in Conduit, with no shared state.
 
 Source: follows the file as it grows. A position is the byte offset just after
 a record's line (ASCII decimal), so a restart resumes at the next line. A last
@@ -38,7 +39,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.errors import CdcflowError, RecordError
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
@@ -103,9 +103,7 @@ class FileDestination(Destination):
         if not records:
             return None
         self._check_open()
-        # a source's lazy batch writes its lines without making its Records, if it can
-        data = records.jsonform_lines(self._store) if isinstance(records, RecordBatch) else None
-        self._append([data if data is not None else self._dumps(records, self._store)])
+        self._append([self._dumps(records)])
         return None
 
     def write_wire(self, messages: Sequence[bytes]) -> list[Any]:
@@ -136,7 +134,7 @@ class FileDestination(Destination):
         records = from_wire(message, self._store, failed)
         good = [r for r in records if r is not None] if failed else records
         positions = [r.position if r is not None else failed[i][0] for i, r in enumerate(records)]
-        return (self._dumps(good, self._store) if good else b""), (positions, failed)
+        return (self._dumps(good) if good else b""), (positions, failed)
 
     def _check_open(self) -> None:
         if self._fd is None:
@@ -257,7 +255,7 @@ class FileSource(Source):
     def open(self, position: bytes | None, partition: str = "") -> None:
         from cdcflow.schemas import default_store
 
-        self._store = default_store()
+        self._store = default_store()  # a schema a line's metadata names restores its types, if held here
         self._loads = _jsonform().loads_lines
         try:
             reader, readers, split = (int(x) for x in partition.split("/")) if partition else (0, 1, 0)

@@ -37,18 +37,13 @@ class LogDestination(Destination):
         self.message = config.get("message") or ""
         self.logger = logging.getLogger(f"{LOGGER}.{self.id}" if self.id else LOGGER)
 
-    def open(self) -> None:
-        from cdcflow.schemas import default_store
-
-        self._store = default_store()
-
     def write(self, records: Sequence[Record]) -> None:
         if not self.logger.isEnabledFor(self.level):
             return None
         from cdcflow.convert.jsonform import dumps_lines
 
         prefix = f"{self.message} " if self.message else ""
-        text = dumps_lines(records, self._store).decode("utf-8", "replace")
+        text = dumps_lines(records).decode("utf-8", "replace")
         for line in text.splitlines():
             self.logger.log(self.level, "%s", REDACTOR.redact(prefix + line))
         return None

@@ -308,7 +308,7 @@ class KafkaDestination(Destination):
         """Every record's JSON form, written as one batch; None when one of them does not
         convert (each is then written alone, so only that one goes to the DLQ)."""
         try:
-            return jsonform.dumps_each(records, self._store)
+            return jsonform.dumps_each(records)
         except Exception:  # noqa: BLE001 - ``_plan_opencdc`` names the record and the reason
             return None
 
@@ -318,7 +318,7 @@ class KafkaDestination(Destination):
         topic = topic_for(s.topic_rule, schema, table)
         n = self._partition_count(topic)
         if value is None:
-            value = jsonform.dumps_record(r, self._store)
+            value = jsonform.dumps_record(r)
         key = r.key if isinstance(r.key, bytes) else (
             orjson.dumps(r.key, option=orjson.OPT_SORT_KEYS, default=str) if r.key is not None else None)
         if s.partition == "ts":

@@ -24,10 +24,9 @@ import time
 from typing import Any, Mapping, Sequence
 
 from cdcflow.connectors.ticdc.canal_json import CanalJsonDecoder
-from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder, CsvJsonRows
+from cdcflow.connectors.ticdc.csv import CsvColumns, CsvDecoder
 from cdcflow.connectors.ticdc.errors import CodecError
 from cdcflow.connectors.ticdc.events import DDLEvent, RowChange, to_records
-from cdcflow.engine.fastpath import RecordBatch
 from cdcflow.errors import CdcflowError, InfrastructureError, RecordError
 from cdcflow.record import Record
 from cdcflow.sdk import Source
@@ -72,20 +71,20 @@ class _Chunk:
     def records(self, start: int, end: int, store) -> list[Record]:
         if self.ddl:
             return to_records(self.rows[start:end], [self.at.encode()], store)
-        if type(self.rows) is CsvColumns or type(self.rows) is _TranscodedFile:
+        if type(self.rows) is CsvColumns:
             return self.rows.numbered_records(self._position, store, start, end)
         positions = map((self._position.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1))
         return to_records(self.rows[start:end], positions, store)
 
     def commit_ts_at(self, k: int) -> int:
         rows = self.rows
-        if type(rows) is CsvColumns or type(rows) is _TranscodedFile:
+        if type(rows) is CsvColumns:
             return rows.commit_ts_at(k)
         ev = rows[k]
         return ev.commit_ts if type(ev) is RowChange else 0
 
     def truncate(self, end: int) -> None:
-        if type(self.rows) is CsvColumns or type(self.rows) is _TranscodedFile:
+        if type(self.rows) is CsvColumns:
             self.rows.truncate(end)
         else:
             del self.rows[end:]
@@ -96,93 +95,6 @@ class _Chunk:
     def positions(self, start: int, end: int) -> list[bytes]:
         """The positions of data rows ``[start, end)`` (what ``records`` puts in them)."""
         return list(map((self._position.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1)))
-
-
-class _TranscodedFile:
-    """A CSV data file read for a lazy batch: its rows as JSON-form text (``CsvJsonRows``);
-    the Python values and Records are decoded from the file's bytes only if someone needs them."""
-
-    __slots__ = ("json", "decoder", "data", "_columns")
-
-    def __init__(self, json: CsvJsonRows, decoder: CsvDecoder, data: bytes):
-        self.json, self.decoder, self.data = json, decoder, data
-        self._columns: Any = None
-
-    def __len__(self) -> int:
-        return len(self.json)
-
-    def commit_ts_at(self, k: int) -> int:
-        return self.json.commit_ts_at(k)
-
-    def truncate(self, end: int) -> None:
-        self.json.truncate(end)
-        if self._columns is not None and type(self._columns) is CsvColumns:
-            self._columns.truncate(end)
-
-    def numbered_records(self, prefix: bytes, store, start: int, end: int) -> list[Record]:
-        columns = self._columns
-        if columns is None:
-            # the transcoder read every row of it, so the file decodes: the same rows, now as values
-            columns = self._columns = self.decoder.decode_columns(self.data)
-            if type(columns) is CsvColumns:
-                columns.truncate(len(self.json))
-        if type(columns) is CsvColumns:
-            return columns.numbered_records(prefix, store, start, end)
-        positions = map((prefix.replace(b"%", b"%%") + b"%d").__mod__, range(start + 1, end + 1))
-        return to_records(columns[start:end], positions, store)
-
-
-class StorageBatch(RecordBatch):
-    """One ``read``'s records as slices of data files, made into Records only when needed;
-    the ``file`` destination writes their JSON form straight from the CSV text
-    (``CsvJsonRows.lines``). Slices of files the transcoder did not take hold their Records."""
-
-    __slots__ = ("_slices", "_count", "_store")
-
-    def __init__(self, slices: list, count: int, store):
-        super().__init__()
-        self._slices = slices  # (chunk, start, end) or a list of Records
-        self._count = count
-        self._store = store
-
-    def __len__(self) -> int:
-        return self._count
-
-    def _materialize(self) -> list[Record]:
-        out: list[Record] = []
-        for part in self._slices:
-            if type(part) is list:
-                out += part
-            else:
-                chunk, start, end = part
-                out += chunk.records(start, end, self._store)
-        return out
-
-    def positions(self) -> list[bytes]:
-        if self._records is not None:
-            return super().positions()
-        out: list[bytes] = []
-        for part in self._slices:
-            if type(part) is list:
-                out += [r.position for r in part]
-            else:
-                chunk, start, end = part
-                out += chunk.positions(start, end)
-        return out
-
-    def _render_jsonform(self, store, extra: Mapping[str, str] | None) -> bytes | None:
-        if store is not self._store:
-            return None  # the lines name schemas of the source's store
-        pieces = []
-        for part in self._slices:
-            if type(part) is list:
-                return None
-            chunk, start, end = part
-            lines = chunk.rows.json.lines(start, end, chunk._position, extra)
-            if lines is None:
-                return None
-            pieces.append(lines)
-        return b"".join(pieces)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -278,9 +190,6 @@ def _partition_dirs(files: FileStore, settings: StorageSettings, version_dir: st
 
 
 class StorageSource(Source):
-    #: the engine's ``LazyBatchSource`` fast path: set before ``open`` when the pipeline has no
-    #: processors; ``read`` then returns ``StorageBatch``es
-    lazy_batches: bool = False
     #: the engine's ``IdleAwareSource`` capability: set before ``partitions`` under
     #: ``--until-idle``, when a missing root is an error rather than something to wait for
     until_idle: bool = False
@@ -499,12 +408,7 @@ class StorageSource(Source):
         s = self.settings
         try:
             if s.format == "csv":
-                decoder = CsvDecoder(table, s.csv, source=full)
-                if self.lazy_batches:
-                    json = decoder.transcode(data, self._schema_store)
-                    if json is not None:
-                        return _TranscodedFile(json, decoder, data)
-                return decoder.decode_columns(data)
+                return CsvDecoder(table, s.csv, source=full).decode_columns(data)
             # Schema files carry no ENUM/SET members: for those columns the message's mysqlType knows more.
             hint = dataclasses.replace(table, columns=tuple(
                 c for c in table.columns if c.type not in ("ENUM", "SET") or c.elements), index={})
@@ -527,7 +431,7 @@ class StorageSource(Source):
             raise StorageReadError(f"storage: {e}") from None
 
     # ------------------------------------------------------------------ read
-    def read(self, max_records: int) -> "list[Record] | StorageBatch | None":
+    def read(self, max_records: int) -> list[Record] | None:
         if not self.schema:
             now = time.monotonic()
             if now >= self._next_warning:  # looked at (and said) once per interval
@@ -537,7 +441,6 @@ class StorageSource(Source):
                                 self.files.root)
             return None if self.stop_at_checkpoint else []
         out: list[Record] = []
-        slices: list = []  # lazy_batches: (chunk, start, end) of transcoded files, or Records
         count = 0
         while count < max_records:
             chunk = self._chunk
@@ -566,21 +469,10 @@ class StorageSource(Source):
             chunk.next = end
             count += end - start
             self.cursor = chunk.cursor_at(end)
-            if type(chunk.rows) is _TranscodedFile:
-                slices.append((chunk, start, end))
-                self._last = self.cursor.encode()
-                continue
             records = chunk.records(start, end, self._schema_store)
-            if slices:
-                slices.append(records)
-            else:
-                out += records
+            out += records
             if records:
                 self._last = records[-1].position
-        if slices:
-            if out:
-                slices.insert(0, out)
-            return StorageBatch(slices, count, self._schema_store)
         return out
 
     def _cut_at_checkpoint(self, chunk: "_Chunk") -> None:

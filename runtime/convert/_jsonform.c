@@ -1,42 +1,21 @@
 /* _jsonform: records -> Conduit's JSON form (one JSON object per line), a whole batch per call.
  *
- * Why: cdcflow.convert.jsonform.dumps_lines builds, per record, a dict of JSON-able values
- * (the generated per-schema writer converts Decimal, dates, times, bytes...) and serialises it
- * with orjson: several microseconds of interpreter time per record, half of a storage -> file
- * run. This kernel writes the same bytes for a whole batch straight into one bytes object.
+ * Why: cdcflow.convert.jsonform._line builds, per record, a dict of JSON-able values and
+ * serialises it with orjson, then escapes its strings as Go does: several microseconds of
+ * interpreter time per record, most of a file -> file run. This kernel writes the same bytes
+ * for a whole batch straight into one buffer.
  *
- * Contract: dumps(records, Config(config), resolve, handback) -> bytes, every record's line ending in
- * "\n", byte-identical to the Python path. The kernel only writes what it is sure of; for
- * anything else it drops what it wrote of that record and appends handback(record) (the
- * Python path's line) instead: an unusual type or subclass, a value the schema refuses (Python
- * then picks or derives another schema), metadata that is not str -> str, a lone surrogate,
- * deep nesting, a Decimal exponent too wide to spell out... Float texts come from orjson.dumps
- * itself (the reference, and faster than repr's dtoa).
- * Which schema a part (key / payload) is written with stays Python's decision:
- * resolve(part, metadata, subject, version) returns (plan, extra_metadata_json or None), or
- * None to hand the record back. The kernel asks again whenever (subject, version, collection)
- * of that part changes, and after every handback (which may register a derived schema).
+ * Contract: dumps(records, Config(config), handback) -> bytes, every record's line ending in
+ * "\n", byte-identical to the Python path (jsonform._line): Go's field order, sorted object
+ * keys, Go's string escaping (tidbtext.h's TT_JSON_GO), Go's float texts, RFC 3339 datetimes,
+ * null for an empty position or metadata. The kernel only writes what it is sure of; for
+ * anything else it drops what it wrote of that record and appends handback(record) (the Python
+ * path's line) instead: an unusual type or subclass, a float whose repr has an exponent where Go
+ * writes none, a datetime with a time zone, metadata that is not str -> str, a lone surrogate,
+ * deep nesting, a Decimal exponent too wide to spell out...
  *
- * config: (Record, operations, operation_texts, key_subject, key_version, payload_subject,
- *          payload_version, derived_key, collection_key)
- *   operations: tuple of the Operation members; operation_texts: their JSON (b'"create"' ...);
- *   the *_key entries are the metadata keys (str).
- *
- * Plan(nodes, root): one schema, compiled for writing. nodes is a tuple of tuples, children are
- * indexes into it (recursive schemas stay plain data):
- *   (K_NULL,) (K_BOOLEAN,) (K_INT,) (K_LONG,) (K_DOUBLE,) (K_BYTES,) (K_STRING,) (K_DECIMAL_TEXT,)
- *   (K_DATE,) (K_DATETIME,) (K_TIME,) (K_FOREIGN,) (K_PASS,)
- *   (K_BIGINT, precision, limit)        limit: 10**precision (int) or None (any int)
- *   (K_DECIMAL, precision, scale)
- *   (K_ENUM, symbols)                   symbols: frozenset of str
- *   (K_FIXED, size)
- *   (K_RECORD, names, encoded, children)  names: tuple of str; encoded: JSON of each name + ":"
- *   (K_ARRAY, item) (K_MAP, value)
- *   (K_UNION, children, labels)         children in the order Python tests them; labels: None, or
- *                                       per child the JSON '{"branch":' (b"" for null) when the
- *                                       union is written in Avro's JSON union form
- *   K_FOREIGN: any value, written as cdcflow.convert.jsonform.jsonable writes it; K_PASS: never
- *   written here (the record is handed back).
+ * config: (Record, operations, operation_texts)
+ *   operations: tuple of the Operation members; operation_texts: their JSON (b'"create"' ...).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,272 +27,15 @@
 #include "recordslots.h"
 #include "tidbtext.h"
 
-enum {
-    K_NULL = 0, K_BOOLEAN, K_INT, K_LONG, K_DOUBLE, K_BYTES, K_STRING, K_DECIMAL_TEXT, K_DATE,
-    K_DATETIME, K_TIME, K_FOREIGN, K_PASS, K_BIGINT, K_DECIMAL, K_ENUM, K_FIXED, K_RECORD, K_ARRAY,
-    K_MAP, K_UNION, K_COUNT
-};
-
-/* Results of the value writers, on top of TT_OK / TT_PASS / TT_ERR: the value does not fit
- * this schema node, exactly when the generated Python writer refuses it (a union then tries its
- * next branch; anywhere else the record is handed back and Python picks another schema). */
-#define NOFIT 2
-
 /* Nesting followed before handing back (orjson itself stops at 255). */
 #define MAX_DEPTH 64
 
-/* ------------------------------------------------------------------ Plan */
-
-typedef struct {
-    int kind;
-    int precision, scale;
-    unsigned long long limit64; /* K_BIGINT: 10**precision when that fits 64 bits, else 0 (none) */
-    Py_ssize_t size;            /* K_FIXED */
-    Py_ssize_t count;           /* K_RECORD fields, K_UNION branches */
-    Py_ssize_t *children;
-    PyObject *limit;            /* K_BIGINT: 10**precision or NULL (any int) */
-    PyObject *symbols;          /* K_ENUM: frozenset */
-    PyObject *names;            /* K_RECORD: tuple of str */
-    PyObject *encoded;          /* K_RECORD: tuple of bytes; K_UNION: tuple of bytes or NULL */
-    PyObject *index;            /* K_RECORD: dict name -> field number */
-} Node;
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t count;
-    Py_ssize_t root;
-    Node *nodes;
-} Plan;
-
-static void plan_free_nodes(Plan *p)
-{
-    if (p->nodes == NULL)
-        return;
-    for (Py_ssize_t i = 0; i < p->count; i++) {
-        Node *n = &p->nodes[i];
-        PyMem_Free(n->children);
-        Py_CLEAR(n->limit);
-        Py_CLEAR(n->symbols);
-        Py_CLEAR(n->names);
-        Py_CLEAR(n->encoded);
-        Py_CLEAR(n->index);
-    }
-    PyMem_Free(p->nodes);
-    p->nodes = NULL;
-}
-
-static void Plan_dealloc(PyObject *self)
-{
-    plan_free_nodes((Plan *)self);
-    Py_TYPE(self)->tp_free(self);
-}
-
-static int bad_plan(PyObject *entry, const char *why)
-{
-    PyErr_Format(PyExc_ValueError, "plan node %R: %s", entry, why);
-    return -1;
-}
-
-/* Item i of a node tuple as a C int / index. */
-static int entry_int(PyObject *entry, Py_ssize_t i, long *out)
-{
-    if (PyTuple_GET_SIZE(entry) <= i || !PyLong_Check(PyTuple_GET_ITEM(entry, i)))
-        return bad_plan(entry, "missing an int item");
-    *out = PyLong_AsLong(PyTuple_GET_ITEM(entry, i));
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int entry_children(PyObject *entry, Py_ssize_t i, Node *n, Py_ssize_t total)
-{
-    if (PyTuple_GET_SIZE(entry) <= i || !PyTuple_Check(PyTuple_GET_ITEM(entry, i)))
-        return bad_plan(entry, "missing the tuple of children");
-    PyObject *kids = PyTuple_GET_ITEM(entry, i);
-    n->count = PyTuple_GET_SIZE(kids);
-    n->children = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n->count ? n->count : 1));
-    if (n->children == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t k = 0; k < n->count; k++) {
-        Py_ssize_t c = PyLong_AsSsize_t(PyTuple_GET_ITEM(kids, k));
-        if (c == -1 && PyErr_Occurred())
-            return -1;
-        if (c < 0 || c >= total)
-            return bad_plan(entry, "child index out of range");
-        n->children[k] = c;
-    }
-    return 0;
-}
-
-static int single_child(PyObject *entry, Node *n, Py_ssize_t total)
-{
-    long c;
-    if (entry_int(entry, 1, &c) < 0)
-        return -1;
-    if (c < 0 || c >= total)
-        return bad_plan(entry, "child index out of range");
-    n->count = 1;
-    n->children = PyMem_Malloc(sizeof(Py_ssize_t));
-    if (n->children == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    n->children[0] = (Py_ssize_t)c;
-    return 0;
-}
-
-/* A tuple item of the given exact type, as a new reference. */
-static PyObject *entry_object(PyObject *entry, Py_ssize_t i, PyTypeObject *type)
-{
-    if (PyTuple_GET_SIZE(entry) <= i || !Py_IS_TYPE(PyTuple_GET_ITEM(entry, i), type)) {
-        bad_plan(entry, type == &PyTuple_Type ? "missing a tuple item" : "missing an item of the right type");
-        return NULL;
-    }
-    return Py_NewRef(PyTuple_GET_ITEM(entry, i));
-}
-
-static int record_node(PyObject *entry, Node *n, Py_ssize_t total)
-{
-    if ((n->names = entry_object(entry, 1, &PyTuple_Type)) == NULL
-        || (n->encoded = entry_object(entry, 2, &PyTuple_Type)) == NULL || entry_children(entry, 3, n, total) < 0)
-        return -1;
-    if (PyTuple_GET_SIZE(n->names) != n->count || PyTuple_GET_SIZE(n->encoded) != n->count)
-        return bad_plan(entry, "names, encoded names and children differ in length");
-    if ((n->index = PyDict_New()) == NULL)
-        return -1;
-    for (Py_ssize_t k = 0; k < n->count; k++) {
-        PyObject *name = PyTuple_GET_ITEM(n->names, k);
-        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(PyTuple_GET_ITEM(n->encoded, k)))
-            return bad_plan(entry, "a field name is not str or its JSON not bytes");
-        PyObject *at = PyLong_FromSsize_t(k);
-        if (at == NULL)
-            return -1;
-        int r = PyDict_SetItem(n->index, name, at);
-        Py_DECREF(at);
-        if (r < 0)
-            return -1;
-    }
-    if (PyDict_GET_SIZE(n->index) != n->count)
-        return bad_plan(entry, "duplicate field names");
-    return 0;
-}
-
-static int parse_node(PyObject *entry, Node *n, Py_ssize_t total)
-{
-    long kind, v;
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 1)
-        return bad_plan(entry, "not a non-empty tuple");
-    if (entry_int(entry, 0, &kind) < 0)
-        return -1;
-    if (kind < 0 || kind >= K_COUNT)
-        return bad_plan(entry, "unknown kind");
-    n->kind = (int)kind;
-    switch (kind) {
-    case K_BIGINT: {
-        if (entry_int(entry, 1, &v) < 0)
-            return -1;
-        n->precision = (int)v;
-        PyObject *limit = PyTuple_GET_SIZE(entry) > 2 ? PyTuple_GET_ITEM(entry, 2) : NULL;
-        if (limit == NULL || (limit != Py_None && !PyLong_CheckExact(limit)))
-            return bad_plan(entry, "limit must be an int or None");
-        if (limit != Py_None) {
-            n->limit = Py_NewRef(limit);
-            unsigned long long l = 1;
-            for (int k = 0; k < n->precision && k < 20; k++)
-                l *= 10;
-            n->limit64 = n->precision >= 1 && n->precision <= 19 ? l : 0;
-        }
-        return 0;
-    }
-    case K_DECIMAL:
-        if (entry_int(entry, 1, &v) < 0)
-            return -1;
-        n->precision = (int)v;
-        if (entry_int(entry, 2, &v) < 0)
-            return -1;
-        n->scale = (int)v;
-        return 0;
-    case K_ENUM:
-        n->symbols = entry_object(entry, 1, &PyFrozenSet_Type);
-        return n->symbols == NULL ? -1 : 0;
-    case K_FIXED:
-        if (entry_int(entry, 1, &v) < 0)
-            return -1;
-        n->size = (Py_ssize_t)v;
-        return 0;
-    case K_RECORD:
-        return record_node(entry, n, total);
-    case K_ARRAY:
-    case K_MAP:
-        return single_child(entry, n, total);
-    case K_UNION: {
-        if (entry_children(entry, 1, n, total) < 0)
-            return -1;
-        PyObject *labels = PyTuple_GET_SIZE(entry) > 2 ? PyTuple_GET_ITEM(entry, 2) : Py_None;
-        if (labels != Py_None) {
-            if (!PyTuple_CheckExact(labels) || PyTuple_GET_SIZE(labels) != n->count)
-                return bad_plan(entry, "labels must be None or one bytes per branch");
-            for (Py_ssize_t k = 0; k < n->count; k++)
-                if (!PyBytes_CheckExact(PyTuple_GET_ITEM(labels, k)))
-                    return bad_plan(entry, "labels must be bytes");
-            n->encoded = Py_NewRef(labels);
-        }
-        return 0;
-    }
-    default:
-        return 0;
-    }
-}
-
-static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
-{
-    PyObject *nodes;
-    Py_ssize_t root;
-    static char *kwlist[] = {"nodes", "root", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!n:Plan", kwlist, &PyTuple_Type, &nodes, &root))
-        return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(nodes);
-    if (root < 0 || root >= count) {
-        PyErr_SetString(PyExc_ValueError, "root index out of range");
-        return NULL;
-    }
-    Plan *p = (Plan *)type->tp_alloc(type, 0);
-    if (p == NULL)
-        return NULL;
-    p->nodes = PyMem_Calloc((size_t)count, sizeof(Node));
-    if (p->nodes == NULL) {
-        Py_DECREF(p);
-        return PyErr_NoMemory();
-    }
-    p->count = count;
-    p->root = root;
-    for (Py_ssize_t i = 0; i < count; i++)
-        if (parse_node(PyTuple_GET_ITEM(nodes, i), &p->nodes[i], count) < 0) {
-            Py_DECREF(p);
-            return NULL;
-        }
-    return (PyObject *)p;
-}
-
-static PyTypeObject PlanType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "cdcflow.convert._jsonform.Plan",
-    .tp_basicsize = sizeof(Plan),
-    .tp_dealloc = Plan_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Plan(nodes: tuple, root: int): one schema, compiled for writing its JSON form.",
-    .tp_new = Plan_new,
-};
-
 /* ------------------------------------------------------------------ scalar values */
 
-/* JSON string of an exact str: NOFIT for another type, TT_PASS for a lone surrogate (orjson
- * raises; Python says so). */
-static int put_str(tt_buf *b, PyObject *v)
+/* A JSON string of an exact str, escaped as Go escapes it; TT_PASS for a lone surrogate. */
+static int put_go_str(tt_buf *b, PyObject *v)
 {
-    if (!PyUnicode_CheckExact(v))
-        return NOFIT;
-    return tt_json_str_orjson(b, v);
+    return tt_json_str(b, v, TT_JSON_GO);
 }
 
 static int put_bytes_b64(tt_buf *b, PyObject *v)
@@ -325,11 +47,9 @@ static int put_bytes_b64(tt_buf *b, PyObject *v)
     return TT_OK;
 }
 
-/* orjson.dumps, fetched once at module init: the reference for float texts, and its shortest
- * round-trip formatting (Ryu) is several times faster than repr's (dtoa), call included. */
-static PyObject *orjson_dumps = NULL;
 
-/* A float as the JSON form writes it: orjson's number, or "NaN" / "Infinity" / "-Infinity". */
+/* A float as jsonform.go_float writes it, or "NaN" / "Infinity" / "-Infinity"; TT_PASS where
+ * repr has an exponent and Go writes none (1e-6 <= |v| < 1e-4, 1e16 <= |v| < 1e21: rare). */
 static int put_float_value(tt_buf *b, PyObject *v)
 {
     double d = PyFloat_AS_DOUBLE(v);
@@ -337,32 +57,11 @@ static int put_float_value(tt_buf *b, PyObject *v)
         return tt_buf_put(b, "\"NaN\"", 5) < 0 ? TT_ERR : TT_OK;
     if (d - d != 0.0)
         return tt_buf_put(b, d > 0 ? "\"Infinity\"" : "\"-Infinity\"", d > 0 ? 10 : 11) < 0 ? TT_ERR : TT_OK;
-    PyObject *text = PyObject_CallOneArg(orjson_dumps, v);
-    if (text == NULL)
-        return TT_ERR;
-    int r = TT_OK;
-    if (!PyBytes_Check(text)) {
-        PyErr_SetString(PyExc_SystemError, "orjson.dumps returned no bytes");
-        r = TT_ERR;
-    } else if (tt_buf_put(b, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)) < 0)
-        r = TT_ERR;
-    Py_DECREF(text);
-    return r;
+    double m = d < 0 ? -d : d;
+    /* Go's exponent range: repr's text is Go's there; elsewhere repr without its ".0" */
+    return tt_put_repr_trimmed(b, d, !(m != 0.0 && (m < 1e-6 || m >= 1e21)));
 }
 
-/* An exact int within [lo, hi] (lo >= INT64_MIN) as digits; NOFIT outside. */
-static int put_int_range(tt_buf *b, PyObject *v, long long lo, long long hi)
-{
-    if (!PyLong_CheckExact(v))
-        return NOFIT;
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (x == -1 && PyErr_Occurred())
-        return TT_ERR;
-    if (overflow || x < lo || x > hi)
-        return NOFIT;
-    return tt_buf_put_i64(b, x) < 0 ? TT_ERR : TT_OK;
-}
 
 /* str(v) of an int, digits as they are (orjson writes ints past 64 bits as this text). */
 static int put_int_text(tt_buf *b, PyObject *v)
@@ -382,35 +81,6 @@ static int put_any_int(tt_buf *b, PyObject *v)
 {
     int r = tt_text_int(b, v);
     return r == TT_PASS ? put_int_text(b, v) : r;
-}
-
-/* K_BIGINT: any exact int with |v| < 10**precision (or any int without a limit). */
-static int put_bigint(tt_buf *b, const Node *n, PyObject *v)
-{
-    if (!PyLong_CheckExact(v))
-        return NOFIT;
-    int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (x == -1 && PyErr_Occurred())
-        return TT_ERR;
-    if (!overflow && n->limit64 != 0) { /* the common case: 64-bit value, 64-bit limit */
-        unsigned long long mag = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
-        if (mag >= n->limit64)
-            return NOFIT;
-        return tt_buf_put_i64(b, x) < 0 ? TT_ERR : TT_OK;
-    }
-    if (n->limit != NULL) { /* -limit < v < limit, compared by Python's ints */
-        PyObject *mag = PyNumber_Absolute(v);
-        if (mag == NULL)
-            return TT_ERR;
-        int below = PyObject_RichCompareBool(mag, n->limit, Py_LT);
-        Py_DECREF(mag);
-        if (below < 0)
-            return TT_ERR;
-        if (!below)
-            return NOFIT;
-    }
-    return put_any_int(b, v);
 }
 
 /* str(Decimal) of a finite value, split up: [-]int[.frac][E[+-]exp]. The coefficient's digits are
@@ -522,10 +192,9 @@ static int put_decimal_f(tt_buf *b, const DecimalText *d)
     return TT_OK;
 }
 
-/* K_DECIMAL (n set): fits when the exponent is -scale, the coefficient has at most `precision`
- * digits and the value is not a negative zero; written as format(v, "f").
- * decimal_text (n NULL): format(v, "f") when finite with exponent <= 0, else str(v). */
-static int put_decimal(tt_buf *b, PyObject *v, const Node *n)
+
+/* textforms.decimal_text: format(v, "f") when finite with exponent <= 0, else str(v). */
+static int put_decimal(tt_buf *b, PyObject *v)
 {
     PyObject *s = PyObject_Str(v);
     if (s == NULL)
@@ -538,22 +207,15 @@ static int put_decimal(tt_buf *b, PyObject *v, const Node *n)
     if (p == NULL)
         ;
     else if (parsed == -1) /* NaN, Infinity: str(v) is decimal_text's text */
-        r = n != NULL ? TT_PASS : tt_json_utf8_orjson(b, p, len);
+        r = tt_json_utf8(b, p, len, TT_JSON_GO);
     else if (parsed == -2)
         r = TT_PASS;
-    else if (n != NULL) {
-        int zero = d.lead_zeros == d.n_int + d.n_frac;
-        if (n->scale < 0)
-            r = TT_PASS;
-        else if (d.exponent != -(long long)n->scale || coefficient_len(&d) > n->precision || (zero && d.negative))
-            r = NOFIT;
-        else
-            r = put_decimal_f(b, &d);
-    } else
-        r = d.exponent <= 0 ? put_decimal_f(b, &d) : tt_json_utf8_orjson(b, p, len);
+    else
+        r = d.exponent <= 0 ? put_decimal_f(b, &d) : tt_json_utf8(b, p, len, TT_JSON_GO);
     Py_DECREF(s);
     return r;
 }
+
 
 /* A text of tidbtext.h (ASCII that needs no escaping) between quotes. */
 static int put_quoted_text(tt_buf *b, int kind, PyObject *v)
@@ -569,44 +231,69 @@ static int put_quoted_text(tt_buf *b, int kind, PyObject *v)
     return tt_buf_putc(b, '"') < 0 ? TT_ERR : TT_OK;
 }
 
-/* TIME: a timedelta whose microseconds fit a signed 64-bit long (what the Avro long holds). */
-static int put_time(tt_buf *b, PyObject *v)
+
+/* textforms.rfc3339_text of a naive datetime (taken as UTC): YYYY-MM-DDTHH:MM:SS[.fraction]Z, the
+ * fraction without trailing zeros; TT_PASS for one with a time zone (Python writes its offset). */
+static int put_datetime(tt_buf *b, PyObject *v)
 {
-    if (!PyDelta_CheckExact(v))
-        return NOFIT;
-    long long days = PyDateTime_DELTA_GET_DAYS(v), us;
-    long long rest = (long long)PyDateTime_DELTA_GET_SECONDS(v) * 1000000 + PyDateTime_DELTA_GET_MICROSECONDS(v);
-    if (__builtin_mul_overflow(days, 86400000000LL, &us) || __builtin_add_overflow(us, rest, &us))
-        return NOFIT;
-    return put_quoted_text(b, TT_K_TIME, v);
+    if (((PyDateTime_DateTime *)v)->hastzinfo && PyDateTime_DATE_GET_TZINFO(v) != Py_None)
+        return TT_PASS;
+    int us = PyDateTime_DATE_GET_MICROSECOND(v);
+    if (tt_buf_putc(b, '"') < 0
+        || tt_put_ymd(b, PyDateTime_GET_YEAR(v), PyDateTime_GET_MONTH(v), PyDateTime_GET_DAY(v)) < 0
+        || tt_buf_putc(b, 'T') < 0
+        || tt_put_hms(b, PyDateTime_DATE_GET_HOUR(v), PyDateTime_DATE_GET_MINUTE(v), PyDateTime_DATE_GET_SECOND(v)) < 0)
+        return TT_ERR;
+    if (us) {
+        int digits = 6;
+        while (us % 10 == 0) {
+            us /= 10;
+            digits--;
+        }
+        if (tt_buf_putc(b, '.') < 0 || tt_buf_put_padded(b, (unsigned long long)us, digits) < 0)
+            return TT_ERR;
+    }
+    return tt_buf_put(b, "Z\"", 2) < 0 ? TT_ERR : TT_OK;
 }
 
-/* ------------------------------------------------------------------ values without a schema */
+/* ------------------------------------------------------------------ values */
 
 static int put_jsonable(tt_buf *b, PyObject *v, int depth);
 
+/* An object with its keys sorted (Go sorts map keys; str order is UTF-8 byte order). */
 static int put_jsonable_dict(tt_buf *b, PyObject *v, int depth)
 {
-    if (tt_buf_putc(b, '{') < 0)
+    PyObject *keys = PyDict_Keys(v);
+    if (keys == NULL)
         return TT_ERR;
-    Py_ssize_t pos = 0;
-    PyObject *k, *x;
-    int first = 1;
-    while (PyDict_Next(v, &pos, &k, &x)) {
-        if (!first && tt_buf_putc(b, ',') < 0)
-            return TT_ERR;
-        first = 0;
-        if (!PyUnicode_CheckExact(k))
-            return TT_PASS; /* Python names the key */
-        int r = tt_json_str_orjson(b, k);
-        if (r != TT_OK)
-            return r;
-        if (tt_buf_putc(b, ':') < 0)
-            return TT_ERR;
-        if ((r = put_jsonable(b, x, depth + 1)) != TT_OK)
-            return r;
+    int r = TT_OK;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(keys, i))) {
+            r = TT_PASS; /* Python names the key */
+            goto done;
+        }
+    if (PyList_Sort(keys) < 0 || tt_buf_putc(b, '{') < 0) {
+        r = TT_ERR;
+        goto done;
     }
-    return tt_buf_putc(b, '}') < 0 ? TT_ERR : TT_OK;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *x = PyDict_GetItemWithError(v, k);
+        if (x == NULL) {
+            r = PyErr_Occurred() ? TT_ERR : TT_PASS;
+            goto done;
+        }
+        if ((i && tt_buf_putc(b, ',') < 0) || (r = put_go_str(b, k)) != TT_OK || tt_buf_putc(b, ':') < 0
+            || (r = put_jsonable(b, x, depth + 1)) != TT_OK) {
+            if (r == TT_OK)
+                r = TT_ERR;
+            goto done;
+        }
+    }
+    r = tt_buf_putc(b, '}') < 0 ? TT_ERR : TT_OK;
+done:
+    Py_DECREF(keys);
+    return r;
 }
 
 static int put_jsonable_list(tt_buf *b, PyObject *v, int depth)
@@ -623,8 +310,9 @@ static int put_jsonable_list(tt_buf *b, PyObject *v, int depth)
     return tt_buf_putc(b, ']') < 0 ? TT_ERR : TT_OK;
 }
 
-/* jsonform.jsonable + orjson: JSON types as they are, the text forms for bytes, Decimal, dates,
- * times; TT_PASS for anything else (Python raises its ConversionError). Never NOFIT. */
+
+/* jsonform.jsonable + orjson + Go's escaping: JSON types as they are, the text forms for bytes,
+ * Decimal, dates, datetimes, times; TT_PASS for anything else (Python raises its ConversionError). */
 static int put_jsonable(tt_buf *b, PyObject *v, int depth)
 {
     if (depth > MAX_DEPTH)
@@ -633,7 +321,7 @@ static int put_jsonable(tt_buf *b, PyObject *v, int depth)
         return tt_buf_put(b, "null", 4) < 0 ? TT_ERR : TT_OK;
     PyTypeObject *t = Py_TYPE(v);
     if (t == &PyUnicode_Type)
-        return tt_json_str_orjson(b, v);
+        return put_go_str(b, v);
     if (t == &PyBool_Type)
         return tt_buf_put(b, v == Py_True ? "true" : "false", v == Py_True ? 4 : 5) < 0 ? TT_ERR : TT_OK;
     if (t == &PyLong_Type)
@@ -647,9 +335,9 @@ static int put_jsonable(tt_buf *b, PyObject *v, int depth)
     if (t == &PyBytes_Type)
         return put_bytes_b64(b, v);
     if (t == (PyTypeObject *)tt_decimal_type)
-        return put_decimal(b, v, NULL);
+        return put_decimal(b, v);
     if (t == PyDateTimeAPI->DateTimeType)
-        return put_quoted_text(b, TT_K_DATETIME, v); /* TT_PASS when it has a time zone */
+        return put_datetime(b, v);
     if (t == PyDateTimeAPI->DateType)
         return put_quoted_text(b, TT_K_DATE, v);
     if (t == PyDateTimeAPI->DeltaType)
@@ -657,203 +345,8 @@ static int put_jsonable(tt_buf *b, PyObject *v, int depth)
     return TT_PASS;
 }
 
-/* ------------------------------------------------------------------ values with a schema */
-
-static int put_node(tt_buf *b, const Plan *p, Py_ssize_t at, PyObject *v, int depth);
-
-/* The field number of dict key k in record node n, or -1 (not a field); -2 with an error set. */
-static Py_ssize_t field_of(const Node *n, PyObject *k, Py_ssize_t guess)
-{
-    /* rows usually list their fields in the schema's order: try that first */
-    if (guess < n->count) {
-        PyObject *name = PyTuple_GET_ITEM(n->names, guess);
-        if (name == k)
-            return guess;
-        if (PyUnicode_GET_LENGTH(name) == PyUnicode_GET_LENGTH(k)) {
-            int eq = PyUnicode_Compare(name, k);
-            if (eq == -1 && PyErr_Occurred())
-                return -2;
-            if (eq == 0)
-                return guess;
-        }
-    }
-    PyObject *at = PyDict_GetItemWithError(n->index, k);
-    if (at == NULL)
-        return PyErr_Occurred() ? -2 : -1;
-    return PyLong_AsSsize_t(at);
-}
-
-/* A record: an exact dict holding exactly the schema's fields, written in the dict's own order
- * (the Python writer keeps it). */
-static int put_record(tt_buf *b, const Plan *p, const Node *n, PyObject *v, int depth)
-{
-    if (!PyDict_CheckExact(v) || PyDict_GET_SIZE(v) != n->count)
-        return NOFIT;
-    if (tt_buf_putc(b, '{') < 0)
-        return TT_ERR;
-    Py_ssize_t pos = 0, i = 0;
-    PyObject *k, *x;
-    while (PyDict_Next(v, &pos, &k, &x)) {
-        if (!PyUnicode_CheckExact(k))
-            return TT_PASS; /* a str subclass may still name a field */
-        Py_ssize_t f = field_of(n, k, i);
-        if (f == -2)
-            return TT_ERR;
-        if (f < 0)
-            return NOFIT; /* same size, an unknown key: a field is missing */
-        PyObject *enc = PyTuple_GET_ITEM(n->encoded, f);
-        if ((i && tt_buf_putc(b, ',') < 0) || tt_buf_put(b, PyBytes_AS_STRING(enc), PyBytes_GET_SIZE(enc)) < 0)
-            return TT_ERR;
-        int r = put_node(b, p, n->children[f], x, depth + 1);
-        if (r != TT_OK)
-            return r;
-        i++;
-    }
-    return tt_buf_putc(b, '}') < 0 ? TT_ERR : TT_OK;
-}
-
-static int put_array(tt_buf *b, const Plan *p, const Node *n, PyObject *v, int depth)
-{
-    if (!PyList_CheckExact(v))
-        return NOFIT;
-    if (tt_buf_putc(b, '[') < 0)
-        return TT_ERR;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); i++) {
-        if (i && tt_buf_putc(b, ',') < 0)
-            return TT_ERR;
-        int r = put_node(b, p, n->children[0], PyList_GET_ITEM(v, i), depth + 1);
-        if (r != TT_OK)
-            return r;
-    }
-    return tt_buf_putc(b, ']') < 0 ? TT_ERR : TT_OK;
-}
-
-static int put_map(tt_buf *b, const Plan *p, const Node *n, PyObject *v, int depth)
-{
-    if (!PyDict_CheckExact(v))
-        return NOFIT;
-    if (tt_buf_putc(b, '{') < 0)
-        return TT_ERR;
-    Py_ssize_t pos = 0;
-    PyObject *k, *x;
-    int first = 1;
-    while (PyDict_Next(v, &pos, &k, &x)) {
-        if (!PyUnicode_CheckExact(k))
-            return NOFIT;
-        if (!first && tt_buf_putc(b, ',') < 0)
-            return TT_ERR;
-        first = 0;
-        int r = tt_json_str_orjson(b, k);
-        if (r != TT_OK)
-            return r;
-        if (tt_buf_putc(b, ':') < 0)
-            return TT_ERR;
-        if ((r = put_node(b, p, n->children[0], x, depth + 1)) != TT_OK)
-            return r;
-    }
-    return tt_buf_putc(b, '}') < 0 ? TT_ERR : TT_OK;
-}
-
-/* The first branch (in Python's test order) that takes the value; in the JSON union form the
- * value is wrapped as {"branch": value} (null stays null). */
-static int put_union(tt_buf *b, const Plan *p, const Node *n, PyObject *v, int depth)
-{
-    for (Py_ssize_t k = 0; k < n->count; k++) {
-        Py_ssize_t mark = b->len;
-        PyObject *label = n->encoded ? PyTuple_GET_ITEM(n->encoded, k) : NULL;
-        Py_ssize_t label_len = label ? PyBytes_GET_SIZE(label) : 0;
-        if (label_len && tt_buf_put(b, PyBytes_AS_STRING(label), label_len) < 0)
-            return TT_ERR;
-        int r = put_node(b, p, n->children[k], v, depth + 1);
-        if (r == NOFIT) {
-            b->len = mark;
-            continue;
-        }
-        if (r == TT_OK && label_len && tt_buf_putc(b, '}') < 0)
-            return TT_ERR;
-        return r;
-    }
-    return NOFIT;
-}
-
-static int put_node(tt_buf *b, const Plan *p, Py_ssize_t at, PyObject *v, int depth)
-{
-    if (depth > MAX_DEPTH)
-        return TT_PASS;
-    const Node *n = &p->nodes[at];
-    switch (n->kind) {
-    case K_NULL:
-        if (v != Py_None)
-            return NOFIT;
-        return tt_buf_put(b, "null", 4) < 0 ? TT_ERR : TT_OK;
-    case K_BOOLEAN:
-        if (!PyBool_Check(v))
-            return NOFIT;
-        return tt_buf_put(b, v == Py_True ? "true" : "false", v == Py_True ? 4 : 5) < 0 ? TT_ERR : TT_OK;
-    case K_INT:
-        return put_int_range(b, v, -2147483648LL, 2147483647LL);
-    case K_LONG:
-        return put_int_range(b, v, LLONG_MIN, LLONG_MAX);
-    case K_DOUBLE:
-        if (!PyFloat_CheckExact(v))
-            return NOFIT;
-        return put_float_value(b, v);
-    case K_BYTES:
-        if (!PyBytes_CheckExact(v))
-            return NOFIT;
-        return put_bytes_b64(b, v);
-    case K_FIXED:
-        if (!PyBytes_CheckExact(v) || PyBytes_GET_SIZE(v) != n->size)
-            return NOFIT;
-        return put_bytes_b64(b, v);
-    case K_STRING:
-        return put_str(b, v);
-    case K_ENUM: {
-        if (!PyUnicode_CheckExact(v))
-            return NOFIT;
-        int in = PySet_Contains(n->symbols, v);
-        if (in < 0)
-            return TT_ERR;
-        return in ? put_str(b, v) : NOFIT;
-    }
-    case K_BIGINT:
-        return put_bigint(b, n, v);
-    case K_DECIMAL:
-        if (Py_TYPE(v) != (PyTypeObject *)tt_decimal_type)
-            return NOFIT;
-        return put_decimal(b, v, n);
-    case K_DECIMAL_TEXT:
-        if (Py_TYPE(v) != (PyTypeObject *)tt_decimal_type)
-            return NOFIT;
-        return put_decimal(b, v, NULL);
-    case K_DATE:
-        if (!PyDate_CheckExact(v))
-            return NOFIT;
-        return put_quoted_text(b, TT_K_DATE, v);
-    case K_DATETIME:
-        if (!PyDateTime_CheckExact(v) || PyDateTime_DATE_GET_TZINFO(v) != Py_None)
-            return NOFIT;
-        return put_quoted_text(b, TT_K_DATETIME, v);
-    case K_TIME:
-        return put_time(b, v);
-    case K_FOREIGN:
-        return put_jsonable(b, v, depth);
-    case K_RECORD:
-        return put_record(b, p, n, v, depth);
-    case K_ARRAY:
-        return put_array(b, p, n, v, depth);
-    case K_MAP:
-        return put_map(b, p, n, v, depth);
-    case K_UNION:
-        return put_union(b, p, n, v, depth);
-    default: /* K_PASS */
-        return TT_PASS;
-    }
-}
-
 /* ------------------------------------------------------------------ records */
 
-enum { PART_KEY = 0, PART_PAYLOAD = 1 };
 #define META_ENTRIES 16
 enum { A_POSITION, A_OPERATION, A_METADATA, A_KEY, A_BEFORE, A_AFTER, A_COUNT };
 static const char *const attr_names[A_COUNT] = {"position", "operation", "metadata", "key", "before", "after"};
@@ -888,23 +381,15 @@ static int output_append(Output *out, const char *p, Py_ssize_t n)
     return 0;
 }
 
-/* What one dumps() call holds: the parsed config and, per part, the last schema decision. */
+/* What one dumps() call holds: the config and the metadata text of the previous record. */
 typedef struct {
     PyTypeObject *record_type;
     Py_ssize_t offsets[A_COUNT]; /* the Record slots, read directly (Record uses __slots__) */
     PyObject *operations, *operation_texts;
-    PyObject *ref_keys[2][2];    /* [part][0 subject, 1 version] */
-    PyObject *derived_key, *collection_key;
-    PyObject *resolve, *handback;
-    struct {
-        int valid;
-        PyObject *subject, *version, *collection; /* strong refs: compared by identity first */
-        Plan *plan;                               /* NULL: hand the record back */
-        PyObject *extra;                          /* bytes: '"subject-key":"...","version-key":"..."' or NULL */
-    } part[2];
+    PyObject *handback;
     /* the metadata dict written last (a strong ref keeps its keys and values alive), where its
-     * entries are in its record's line, and where each of its first META_ENTRIES entries is;
-     * meta_base: where that line starts in the output */
+     * entries are in its record's line, and where each of its first META_ENTRIES entries (in
+     * sorted order) is; meta_base: where that line starts in the output */
     PyObject *meta_dict;
     Py_ssize_t meta_at, meta_len, meta_count, meta_base;
     Output *out;
@@ -913,80 +398,13 @@ typedef struct {
 
 static void batch_forget(Batch *bt)
 {
-    for (int i = 0; i < 2; i++) {
-        bt->part[i].valid = 0;
-        Py_CLEAR(bt->part[i].subject);
-        Py_CLEAR(bt->part[i].version);
-        Py_CLEAR(bt->part[i].collection);
-        Py_CLEAR(bt->part[i].plan);
-        Py_CLEAR(bt->part[i].extra);
-    }
     Py_CLEAR(bt->meta_dict);
     bt->meta_count = 0;
-}
-
-/* Offsets of the Record slots from its member descriptors; -1 (no exception) when Record is not
- * laid out that way, -2 with an exception. */
-static int batch_offsets(Batch *bt)
-{
-    int at = rs_slot_offsets(bt->record_type, attr_names, A_COUNT, bt->offsets);
-    return at < 0 ? -2 : (at < A_COUNT ? -1 : 0);
 }
 
 static inline PyObject *slot(const Batch *bt, PyObject *rec, int attr)
 {
     return *(PyObject **)((char *)rec + bt->offsets[attr]);
-}
-
-static int same(PyObject *a, PyObject *b)
-{
-    if (a == b)
-        return 1;
-    if (a == NULL || b == NULL)
-        return 0;
-    return PyObject_RichCompareBool(a, b, Py_EQ);
-}
-
-/* The schema decision for `part` of a record with this metadata (cached while its inputs repeat):
- * 1 with bt->part[part] set, 0 to hand the record back, -1 on error. */
-static int resolve_part(Batch *bt, int part, PyObject *metadata, PyObject *subject, PyObject *version)
-{
-    PyObject *collection = PyDict_GetItemWithError(metadata, bt->collection_key);
-    if (collection == NULL && PyErr_Occurred())
-        return -1;
-    if (bt->part[part].valid) {
-        int a = same(bt->part[part].subject, subject), c, d;
-        if (a < 0 || (a && (c = same(bt->part[part].version, version)) < 0)
-            || (a && c && (d = same(bt->part[part].collection, collection)) < 0))
-            return -1;
-        if (a && c && d)
-            return bt->part[part].plan != NULL;
-    }
-    PyObject *res = PyObject_CallFunction(bt->resolve, "iOOO", part, metadata, subject ? subject : Py_None,
-                                          version ? version : Py_None);
-    if (res == NULL)
-        return -1;
-    Plan *plan = NULL;
-    PyObject *extra = NULL;
-    if (res != Py_None) {
-        if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 2 || !Py_IS_TYPE(PyTuple_GET_ITEM(res, 0), &PlanType)
-            || (PyTuple_GET_ITEM(res, 1) != Py_None && !PyBytes_CheckExact(PyTuple_GET_ITEM(res, 1)))) {
-            Py_DECREF(res);
-            PyErr_SetString(PyExc_TypeError, "resolve must return None or (Plan, bytes | None)");
-            return -1;
-        }
-        plan = (Plan *)Py_NewRef(PyTuple_GET_ITEM(res, 0));
-        if (PyTuple_GET_ITEM(res, 1) != Py_None)
-            extra = Py_NewRef(PyTuple_GET_ITEM(res, 1));
-    }
-    Py_DECREF(res);
-    Py_XSETREF(bt->part[part].subject, Py_XNewRef(subject));
-    Py_XSETREF(bt->part[part].version, Py_XNewRef(version));
-    Py_XSETREF(bt->part[part].collection, Py_XNewRef(collection));
-    Py_XSETREF(bt->part[part].plan, plan);
-    Py_XSETREF(bt->part[part].extra, extra);
-    bt->part[part].valid = 1;
-    return plan != NULL;
 }
 
 /* Append `len` bytes the previous record's line has at `at`. */
@@ -995,12 +413,13 @@ static int put_again(tt_buf *b, const Batch *bt, Py_ssize_t at, Py_ssize_t len)
     return tt_buf_put(b, bt->out->data + bt->meta_base + at, len) < 0 ? TT_ERR : TT_OK;
 }
 
-/* The metadata entries ("k":"v",...) without braces. Records of a batch mostly share the dict
- * or most of its entries (the same key and value objects, only a timestamp differs): what the
- * previous record wrote for the same objects is copied instead of written again. */
+/* The metadata object's entries ("k":"v",...) without braces, keys sorted. Records of a batch
+ * mostly share the dict or most of its entries (the same key and value objects, only a
+ * timestamp differs): what the previous record wrote for the same objects is copied instead of
+ * written again. */
 static int put_metadata_entries(tt_buf *b, Batch *bt, PyObject *metadata)
 {
-    Py_ssize_t start = b->len, pos = 0, i = 0;
+    Py_ssize_t start = b->len;
     if (metadata == bt->meta_dict) {
         if (put_again(b, bt, bt->meta_at, bt->meta_len) != TT_OK)
             return TT_ERR;
@@ -1009,89 +428,79 @@ static int put_metadata_entries(tt_buf *b, Batch *bt, PyObject *metadata)
         bt->meta_at = start;
         return TT_OK;
     }
-    PyObject *k, *v;
-    int r;
-    while (PyDict_Next(metadata, &pos, &k, &v)) {
-        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+    PyObject *keys = PyDict_Keys(metadata);
+    if (keys == NULL)
+        return TT_ERR;
+    Py_ssize_t n = PyList_GET_SIZE(keys), i;
+    int r = TT_OK;
+    for (i = 0; i < n; i++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(keys, i))) {
+            Py_DECREF(keys);
             return TT_PASS;
-        if (i && tt_buf_putc(b, ',') < 0)
-            return TT_ERR;
+        }
+    if (PyList_Sort(keys) < 0) {
+        Py_DECREF(keys);
+        return TT_ERR;
+    }
+    for (i = 0; i < n && r == TT_OK; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *v = PyDict_GetItemWithError(metadata, k);
+        if (v == NULL) {
+            r = PyErr_Occurred() ? TT_ERR : TT_PASS;
+            break;
+        }
+        if (!PyUnicode_CheckExact(v)) {
+            r = TT_PASS;
+            break;
+        }
+        if (i && tt_buf_putc(b, ',') < 0) {
+            r = TT_ERR;
+            break;
+        }
         Py_ssize_t at = b->len;
         if (i < bt->meta_count && bt->meta[i].key == k && bt->meta[i].value == v)
             r = put_again(b, bt, bt->meta[i].at, bt->meta[i].len);
         else {
-            r = tt_json_str_orjson(b, k);
+            r = put_go_str(b, k);
             if (r == TT_OK)
-                r = tt_buf_putc(b, ':') < 0 ? TT_ERR : tt_json_str_orjson(b, v);
+                r = tt_buf_putc(b, ':') < 0 ? TT_ERR : put_go_str(b, v);
         }
-        if (r != TT_OK)
-            return r;
-        if (i < META_ENTRIES) { /* borrowed: the dict held below keeps them alive */
+        if (r == TT_OK && i < META_ENTRIES) { /* borrowed: the dict held below keeps them alive */
             bt->meta[i].key = k;
             bt->meta[i].value = v;
             bt->meta[i].at = at;
             bt->meta[i].len = b->len - at;
         }
-        i++;
+    }
+    Py_DECREF(keys);
+    if (r != TT_OK) {
+        batch_forget(bt); /* the entries point into a line that is not kept */
+        return r;
     }
     Py_XSETREF(bt->meta_dict, Py_NewRef(metadata));
     bt->meta_at = start;
     bt->meta_len = b->len - start;
-    bt->meta_count = i < META_ENTRIES ? i : META_ENTRIES;
+    bt->meta_count = n < META_ENTRIES ? n : META_ENTRIES;
     return TT_OK;
 }
 
-/* Raw data (exact bytes) as base64 text, None as null; TT_PASS for anything else. */
-static int put_raw(tt_buf *b, PyObject *v)
+/* One side: raw data (exact bytes) as base64 text, None as null, a dict as an object. */
+static int put_side(tt_buf *b, PyObject *v)
 {
     if (v == Py_None)
         return tt_buf_put(b, "null", 4) < 0 ? TT_ERR : TT_OK;
-    if (!PyBytes_CheckExact(v))
-        return TT_PASS;
-    return put_bytes_b64(b, v);
+    if (PyBytes_CheckExact(v))
+        return put_bytes_b64(b, v);
+    if (PyDict_CheckExact(v))
+        return put_jsonable_dict(b, v, 0);
+    return TT_PASS;
 }
 
-/* One side with the part's plan (NOFIT: the schema refuses it, Python decides), or raw. */
-static int put_side(tt_buf *b, Batch *bt, int part, PyObject *v, int with_store)
-{
-    if (!PyDict_CheckExact(v))
-        return put_raw(b, v);
-    if (!with_store)
-        return put_jsonable(b, v, 0);
-    Plan *plan = bt->part[part].plan;
-    int r = put_node(b, plan, plan->root, v, 0);
-    return r == NOFIT ? TT_PASS : r;
-}
+static int put_record_fields(tt_buf *b, Batch *bt, PyObject *const *attrs);
 
-/* The part's schema: TT_OK with bt->part[part] set, TT_PASS hand back, TT_ERR. *derived is set
- * when the metadata gains the part's reference. */
-static int part_schema(Batch *bt, int part, PyObject *metadata, int *derived)
-{
-    PyObject *subject = PyDict_GetItemWithError(metadata, bt->ref_keys[part][0]);
-    if (subject == NULL && PyErr_Occurred())
-        return TT_ERR;
-    PyObject *version = PyDict_GetItemWithError(metadata, bt->ref_keys[part][1]);
-    if (version == NULL && PyErr_Occurred())
-        return TT_ERR;
-    int r = resolve_part(bt, part, metadata, subject, version);
-    if (r < 0)
-        return TT_ERR;
-    if (r == 0)
-        return TT_PASS;
-    *derived = bt->part[part].extra != NULL;
-    /* a derived reference is appended to a copy of the metadata: keys the metadata already holds
-     * (as None) would keep their place instead, so those records go to Python */
-    if (*derived && (subject != NULL || version != NULL))
-        return TT_PASS;
-    return TT_OK;
-}
-
-/* One record's line; TT_PASS when the record goes back to Python. */
-static int put_record_fields(tt_buf *b, Batch *bt, PyObject *const *attrs, int with_store);
-
-/* The record's slots are held while its line is written: resolve runs Python code, which could
- * reassign them. */
-static int put_record_line(tt_buf *b, Batch *bt, PyObject *rec, int with_store)
+/* One record's line; TT_PASS when the record goes back to Python. The record's slots are held
+ * while its line is written: sorting keys may run Python code, which could reassign them. */
+static int put_record_line(tt_buf *b, Batch *bt, PyObject *rec)
 {
     PyObject *attrs[A_COUNT];
     for (int i = 0; i < A_COUNT; i++)
@@ -1099,16 +508,15 @@ static int put_record_line(tt_buf *b, Batch *bt, PyObject *rec, int with_store)
             return TT_PASS; /* an unset slot: Python raises AttributeError */
     for (int i = 0; i < A_COUNT; i++)
         Py_INCREF(attrs[i]);
-    int r = put_record_fields(b, bt, attrs, with_store);
+    int r = put_record_fields(b, bt, attrs);
     for (int i = 0; i < A_COUNT; i++)
         Py_DECREF(attrs[i]);
     return r;
 }
 
-static int put_record_fields(tt_buf *b, Batch *bt, PyObject *const *attrs, int with_store)
+static int put_record_fields(tt_buf *b, Batch *bt, PyObject *const *attrs)
 {
     PyObject *position = attrs[A_POSITION], *metadata = attrs[A_METADATA];
-    PyObject *key = attrs[A_KEY], *before = attrs[A_BEFORE], *after = attrs[A_AFTER];
     if (!PyBytes_CheckExact(position) || !PyDict_CheckExact(metadata))
         return TT_PASS;
     PyObject *op_text = NULL;
@@ -1117,56 +525,41 @@ static int put_record_fields(tt_buf *b, Batch *bt, PyObject *const *attrs, int w
             op_text = PyTuple_GET_ITEM(bt->operation_texts, i);
     if (op_text == NULL)
         return TT_PASS;
-
-    int key_derived = 0, payload_derived = 0, r;
-    if (with_store && PyDict_CheckExact(key) && (r = part_schema(bt, PART_KEY, metadata, &key_derived)) != TT_OK)
-        return r;
-    if (with_store && (PyDict_CheckExact(before) || PyDict_CheckExact(after))
-        && (r = part_schema(bt, PART_PAYLOAD, metadata, &payload_derived)) != TT_OK)
-        return r;
-    if (key_derived || payload_derived) { /* the marker must be new too (see part_schema) */
-        int has = PyDict_Contains(metadata, bt->derived_key);
-        if (has < 0)
+    int r;
+    if (tt_buf_put(b, "{\"position\":", 12) < 0)
+        return TT_ERR;
+    if (PyBytes_GET_SIZE(position) == 0) {
+        if (tt_buf_put(b, "null", 4) < 0)
             return TT_ERR;
-        if (has)
-            return TT_PASS;
-    }
-
-    if (tt_buf_put(b, "{\"position\":\"", 13) < 0
-        || tt_buf_put_b64(b, (const unsigned char *)PyBytes_AS_STRING(position), PyBytes_GET_SIZE(position)) < 0
-        || tt_buf_put(b, "\",\"operation\":", 14) < 0
+    } else if (put_bytes_b64(b, position) != TT_OK)
+        return TT_ERR;
+    if (tt_buf_put(b, ",\"operation\":", 13) < 0
         || tt_buf_put(b, PyBytes_AS_STRING(op_text), PyBytes_GET_SIZE(op_text)) < 0
-        || tt_buf_put(b, ",\"metadata\":{", 13) < 0)
+        || tt_buf_put(b, ",\"metadata\":", 12) < 0)
         return TT_ERR;
-    Py_ssize_t entries_at = b->len;
-    if ((r = put_metadata_entries(b, bt, metadata)) != TT_OK)
-        return r;
-    int any = b->len > entries_at;
-    for (int part = 0; part < 2; part++) {
-        PyObject *extra = bt->part[part].extra;
-        if (!(part == PART_KEY ? key_derived : payload_derived))
-            continue;
-        if ((any && tt_buf_putc(b, ',') < 0) || tt_buf_put(b, PyBytes_AS_STRING(extra), PyBytes_GET_SIZE(extra)) < 0)
+    if (PyDict_GET_SIZE(metadata) == 0) {
+        batch_forget(bt); /* the cached metadata text is in the previous line only */
+        if (tt_buf_put(b, "null", 4) < 0)
             return TT_ERR;
-        any = 1;
-    }
-    if (key_derived || payload_derived) {
-        const char *parts = key_derived && payload_derived ? "key,payload" : key_derived ? "key" : "payload";
-        if ((any && tt_buf_putc(b, ',') < 0) || tt_json_str_orjson(b, bt->derived_key) != TT_OK
-            || tt_buf_putc(b, ':') < 0 || tt_json_utf8_orjson(b, parts, (Py_ssize_t)strlen(parts)) < 0)
+    } else {
+        if (tt_buf_putc(b, '{') < 0)
+            return TT_ERR;
+        if ((r = put_metadata_entries(b, bt, metadata)) != TT_OK)
+            return r;
+        if (tt_buf_putc(b, '}') < 0)
             return TT_ERR;
     }
-    if (tt_buf_put(b, "},\"key\":", 8) < 0)
+    if (tt_buf_put(b, ",\"key\":", 7) < 0)
         return TT_ERR;
-    if ((r = put_side(b, bt, PART_KEY, key, with_store)) != TT_OK)
+    if ((r = put_side(b, attrs[A_KEY])) != TT_OK)
         return r;
     if (tt_buf_put(b, ",\"payload\":{\"before\":", 21) < 0)
         return TT_ERR;
-    if ((r = put_side(b, bt, PART_PAYLOAD, before, with_store)) != TT_OK)
+    if ((r = put_side(b, attrs[A_BEFORE])) != TT_OK)
         return r;
     if (tt_buf_put(b, ",\"after\":", 9) < 0)
         return TT_ERR;
-    if ((r = put_side(b, bt, PART_PAYLOAD, after, with_store)) != TT_OK)
+    if ((r = put_side(b, attrs[A_AFTER])) != TT_OK)
         return r;
     return tt_buf_put(b, "}}\n", 3) < 0 ? TT_ERR : TT_OK;
 }
@@ -1184,43 +577,8 @@ static int put_handed_back(Output *out, Batch *bt, PyObject *rec)
     } else
         r = output_append(out, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line));
     Py_DECREF(line);
-    /* Python may have registered or reordered derived schemas: decide the parts afresh; and the
-     * truncated record may have held the cached metadata text */
-    batch_forget(bt);
+    batch_forget(bt); /* the truncated record may have held the cached metadata text */
     return r;
-}
-
-static int batch_config(Batch *bt, PyObject *config)
-{
-    if (!PyTuple_CheckExact(config) || PyTuple_GET_SIZE(config) != 9 || !PyType_Check(PyTuple_GET_ITEM(config, 0))
-        || !PyTuple_CheckExact(PyTuple_GET_ITEM(config, 1)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(config, 2))
-        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(config, 1)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(config, 2))) {
-        PyErr_SetString(PyExc_TypeError, "config: (Record, operations, operation_texts, 6 metadata keys)");
-        return -1;
-    }
-    bt->record_type = (PyTypeObject *)PyTuple_GET_ITEM(config, 0);
-    bt->operations = PyTuple_GET_ITEM(config, 1);
-    bt->operation_texts = PyTuple_GET_ITEM(config, 2);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(bt->operation_texts); i++)
-        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(bt->operation_texts, i))) {
-            PyErr_SetString(PyExc_TypeError, "config: operation texts must be bytes");
-            return -1;
-        }
-    for (int i = 3; i < 9; i++)
-        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(config, i))) {
-            PyErr_SetString(PyExc_TypeError, "config: metadata keys must be str");
-            return -1;
-        }
-    bt->ref_keys[PART_KEY][0] = PyTuple_GET_ITEM(config, 3);
-    bt->ref_keys[PART_KEY][1] = PyTuple_GET_ITEM(config, 4);
-    bt->ref_keys[PART_PAYLOAD][0] = PyTuple_GET_ITEM(config, 5);
-    bt->ref_keys[PART_PAYLOAD][1] = PyTuple_GET_ITEM(config, 6);
-    bt->derived_key = PyTuple_GET_ITEM(config, 7);
-    bt->collection_key = PyTuple_GET_ITEM(config, 8);
-    int r = batch_offsets(bt);
-    if (r == -1)
-        PyErr_SetString(PyExc_TypeError, "config: the Record type has no __slots__ layout this kernel reads");
-    return r < 0 ? -1 : 0;
 }
 
 /* Config(tuple): the config checked and the Record slot offsets looked up once (per process),
@@ -1243,15 +601,31 @@ static PyObject *Config_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     static char *kwlist[] = {"config", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:Config", kwlist, &tuple))
         return NULL;
-    Batch bt;
-    memset(&bt, 0, sizeof bt);
-    if (batch_config(&bt, tuple) < 0)
+    if (!PyTuple_CheckExact(tuple) || PyTuple_GET_SIZE(tuple) != 3 || !PyType_Check(PyTuple_GET_ITEM(tuple, 0))
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(tuple, 1)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(tuple, 2))
+        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(tuple, 1)) != PyTuple_GET_SIZE(PyTuple_GET_ITEM(tuple, 2))) {
+        PyErr_SetString(PyExc_TypeError, "config: (Record, operations, operation_texts)");
         return NULL;
+    }
+    PyObject *texts = PyTuple_GET_ITEM(tuple, 2);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(texts); i++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(texts, i))) {
+            PyErr_SetString(PyExc_TypeError, "config: operation texts must be bytes");
+            return NULL;
+        }
+    Py_ssize_t offsets[A_COUNT];
+    int at = rs_slot_offsets((PyTypeObject *)PyTuple_GET_ITEM(tuple, 0), attr_names, A_COUNT, offsets);
+    if (at < 0)
+        return NULL;
+    if (at < A_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "config: the Record type has no __slots__ layout this kernel reads");
+        return NULL;
+    }
     Config *c = (Config *)type->tp_alloc(type, 0);
     if (c == NULL)
         return NULL;
     c->tuple = Py_NewRef(tuple);
-    memcpy(c->offsets, bt.offsets, sizeof c->offsets);
+    memcpy(c->offsets, offsets, sizeof c->offsets);
     return (PyObject *)c;
 }
 
@@ -1261,32 +635,15 @@ static PyTypeObject ConfigType = {
     .tp_basicsize = sizeof(Config),
     .tp_dealloc = Config_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Config((Record, operations, operation_texts, key_subject, key_version, payload_subject, "
-              "payload_version, derived_key, collection_key)): what dumps() reads records with.",
+    .tp_doc = "Config((Record, operations, operation_texts)): what dumps() reads records with.",
     .tp_new = Config_new,
 };
-
-/* The Batch's config from a checked Config: plain assignments. */
-static void batch_from(Batch *bt, const Config *c)
-{
-    PyObject *t = c->tuple;
-    bt->record_type = (PyTypeObject *)PyTuple_GET_ITEM(t, 0);
-    bt->operations = PyTuple_GET_ITEM(t, 1);
-    bt->operation_texts = PyTuple_GET_ITEM(t, 2);
-    bt->ref_keys[PART_KEY][0] = PyTuple_GET_ITEM(t, 3);
-    bt->ref_keys[PART_KEY][1] = PyTuple_GET_ITEM(t, 4);
-    bt->ref_keys[PART_PAYLOAD][0] = PyTuple_GET_ITEM(t, 5);
-    bt->ref_keys[PART_PAYLOAD][1] = PyTuple_GET_ITEM(t, 6);
-    bt->derived_key = PyTuple_GET_ITEM(t, 7);
-    bt->collection_key = PyTuple_GET_ITEM(t, 8);
-    memcpy(bt->offsets, c->offsets, sizeof bt->offsets);
-}
 
 static PyObject *py_dumps(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    PyObject *records, *config, *resolve, *handback;
-    if (!PyArg_ParseTuple(args, "OOOO:dumps", &records, &config, &resolve, &handback))
+    PyObject *records, *config, *handback;
+    if (!PyArg_ParseTuple(args, "OOO:dumps", &records, &config, &handback))
         return NULL;
     if (!PyList_CheckExact(records) && !PyTuple_CheckExact(records)) {
         PyErr_SetString(PyExc_TypeError, "records must be a list or tuple");
@@ -1298,9 +655,11 @@ static PyObject *py_dumps(PyObject *mod, PyObject *args)
     }
     Batch bt;
     memset(&bt, 0, sizeof bt);
-    batch_from(&bt, (Config *)config); /* borrowed: the caller holds config for the call */
-    int with_store = resolve != Py_None;
-    bt.resolve = resolve;
+    PyObject *t = ((Config *)config)->tuple; /* borrowed: the caller holds config for the call */
+    bt.record_type = (PyTypeObject *)PyTuple_GET_ITEM(t, 0);
+    bt.operations = PyTuple_GET_ITEM(t, 1);
+    bt.operation_texts = PyTuple_GET_ITEM(t, 2);
+    memcpy(bt.offsets, ((Config *)config)->offsets, sizeof bt.offsets);
     bt.handback = handback;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(records);
     tt_buf b;
@@ -1321,8 +680,8 @@ static PyObject *py_dumps(PyObject *mod, PyObject *args)
             break;
         PyObject *rec = Py_NewRef(PySequence_Fast_GET_ITEM(records, i));
         tt_buf_clear(&b);
-        int r = Py_IS_TYPE(rec, bt.record_type) ? put_record_line(&b, &bt, rec, with_store) : TT_PASS;
-        if (r == TT_PASS || r == NOFIT)
+        int r = Py_IS_TYPE(rec, bt.record_type) ? put_record_line(&b, &bt, rec) : TT_PASS;
+        if (r == TT_PASS)
             r = put_handed_back(&output, &bt, rec) < 0 ? TT_ERR : TT_OK;
         else if (r == TT_OK) {
             bt.meta_base = output.len; /* the metadata cache now refers to this line */
@@ -1571,7 +930,7 @@ static char *put_varint(char *o, unsigned long long v)
 }
 
 /* The JSON texts around the values of a line (the keys in dumps_lines' order). */
-static const char W_POSITION[] = "{\"position\":\"", W_OPERATION[] = "\",\"operation\":",
+static const char W_POSITION[] = "{\"position\":", W_OPERATION[] = ",\"operation\":",
                   W_METADATA[] = ",\"metadata\":", W_KEY[] = ",\"key\":",
                   W_BEFORE[] = ",\"payload\":{\"before\":", W_AFTER[] = ",\"after\":", W_END[] = "}}\n";
 #define W_LEN(text) ((Py_ssize_t)sizeof(text) - 1)
@@ -1630,7 +989,14 @@ static void wire_write(const WireScan *ws, const WireText *ops, const WireText *
     for (Py_ssize_t i = 0; i < ws->count; i++) {
         const WireRecord *r = &ws->records[i];
         char *o = W_PUT(lines, W_POSITION);
-        o = tt_b64_write(o, s + r->position.at, r->position.len);
+        if (r->position.len == 0) { /* an empty position is null, as Go writes an empty []byte */
+            memcpy(o, "null", 4);
+            o += 4;
+        } else {
+            *o++ = '"';
+            o = tt_b64_write(o, s + r->position.at, r->position.len);
+            *o++ = '"';
+        }
         o = W_PUT(o, W_OPERATION);
         memcpy(o, ops[r->op].data, (size_t)ops[r->op].len);
         o = W_PUT(o + ops[r->op].len, W_METADATA);
@@ -1696,7 +1062,7 @@ static int wire_sizes(const WireScan *ws, const WireText *ops, const WireText *m
     unsigned long long total = 0, ack_total = 0;
     for (Py_ssize_t i = 0; i < ws->count; i++) {
         const WireRecord *r = &ws->records[i];
-        total += (unsigned long long)(W_FIXED + b64_len(r->position.len) + ops[r->op].len + meta[r->block].len
+        total += (unsigned long long)(W_FIXED + (r->position.len ? 2 + b64_len(r->position.len) : 4) + ops[r->op].len + meta[r->block].len
                                       + data_json_len(r->key) + data_json_len(r->before) + data_json_len(r->after));
         ack_total += (unsigned long long)ack_len(r->position.len);
     }
@@ -1791,10 +1157,10 @@ done:
     return result;
 }
 
+
 static PyMethodDef module_methods[] = {
     {"dumps", py_dumps, METH_VARARGS,
-     "dumps(records, config: Config, resolve, handback) -> bytes: the JSON lines of the records "
-     "(resolve None: no store)."},
+     "dumps(records, config: Config, handback) -> bytes: the JSON lines of the records."},
     {"b64", py_b64, METH_O, "b64(data) -> str: standard base64 (for tests)."},
     {"dumps_wire", py_dumps_wire, METH_VARARGS,
      "dumps_wire(message, operation_texts, metadata_json) -> (lines, acks) or None: a batch message's "
@@ -1806,36 +1172,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jsonform", NULL, -1
 
 PyMODINIT_FUNC PyInit__jsonform(void)
 {
-    if (tt_init() < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&ConfigType) < 0)
+    if (tt_init() < 0 || PyType_Ready(&ConfigType) < 0)
         return NULL;
-    if (orjson_dumps == NULL) {
-        PyObject *orjson = PyImport_ImportModule("orjson");
-        if (orjson == NULL)
-            return NULL;
-        orjson_dumps = PyObject_GetAttrString(orjson, "dumps");
-        Py_DECREF(orjson);
-        if (orjson_dumps == NULL)
-            return NULL;
-    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    static const struct { const char *name; int value; } kinds[] = {
-        {"K_NULL", K_NULL}, {"K_BOOLEAN", K_BOOLEAN}, {"K_INT", K_INT}, {"K_LONG", K_LONG},
-        {"K_DOUBLE", K_DOUBLE}, {"K_BYTES", K_BYTES}, {"K_STRING", K_STRING}, {"K_DECIMAL_TEXT", K_DECIMAL_TEXT},
-        {"K_DATE", K_DATE}, {"K_DATETIME", K_DATETIME}, {"K_TIME", K_TIME}, {"K_FOREIGN", K_FOREIGN},
-        {"K_PASS", K_PASS}, {"K_BIGINT", K_BIGINT}, {"K_DECIMAL", K_DECIMAL}, {"K_ENUM", K_ENUM},
-        {"K_FIXED", K_FIXED}, {"K_RECORD", K_RECORD}, {"K_ARRAY", K_ARRAY}, {"K_MAP", K_MAP},
-        {"K_UNION", K_UNION},
-    };
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (PyModule_AddIntConstant(m, kinds[i].name, kinds[i].value) < 0)
-            goto fail;
-    if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0
-        || PyModule_AddObjectRef(m, "Config", (PyObject *)&ConfigType) < 0)
-        goto fail;
+    if (PyModule_AddObjectRef(m, "Config", (PyObject *)&ConfigType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
-fail:
-    Py_DECREF(m);
-    return NULL;
 }

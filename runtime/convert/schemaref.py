@@ -1,4 +1,7 @@
-"""Which Avro schema a record's key or payload travels with — shared by the protobuf and JSON forms.
+"""Which Avro schema a record's key or payload travels with in the protobuf form.
+
+(The JSON form attaches no reference: its lines are self-contained. Its optional restoring
+reader, ``cdcflow.convert.jsontypes``, only looks schemas up here: ``refs_for`` / ``codec``.)
 
 Rule: if the record's metadata already names a schema (``opencdc.payload.schema.subject``
 / ``.version``) that is in the store and every value fits it exactly, keep it

@@ -1,10 +1,11 @@
 """Text forms of the values JSON has no type for: dates, times, decimals, bytes.
 
 Shared by the JSON form and the Struct form so a value is written the same way in
-both. Plain ISO-8601 text, nothing database-specific: ``2020-02-20``,
-``2020-02-20 02:20:20.123456`` (a naive datetime, the fraction only when non-zero), a
-duration (``datetime.timedelta``) as ``[-]HH:MM:SS[.ffffff]`` whose hours may pass 24,
-Decimal keeping its scale, bytes as standard base64.
+both, except datetimes. Plain ISO-8601 text, nothing database-specific: ``2020-02-20``,
+a duration (``datetime.timedelta``) as ``[-]HH:MM:SS[.ffffff]`` whose hours may pass 24,
+Decimal keeping its scale, bytes as standard base64. Datetimes: the Struct form writes
+``2020-02-20 02:20:20.123456`` (naive, the fraction only when non-zero); the JSON form writes
+RFC 3339 as Go does (``rfc3339_text``: ``2020-02-20T02:20:20.123456Z``).
 """
 
 from __future__ import annotations
@@ -68,13 +69,28 @@ def date_of(text: str) -> _dt.date:
     return _DATE.fromisoformat(text)
 
 
-def datetime_of(text: str) -> _dt.datetime:
-    """``YYYY-MM-DD HH:MM:SS[.f{1,6}]`` only (no ``T``, no zone); ValueError or TypeError otherwise."""
+def rfc3339_text(value: _dt.datetime) -> str:
+    """A datetime as Go's ``time.Time`` writes it in JSON (RFC 3339, the fraction without trailing
+    zeros, ``Z`` for a zero offset); a naive datetime is taken as UTC. The JSON form's datetimes."""
+    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    offset = value.utcoffset()
+    if not offset:
+        return text + "Z"
+    minutes = offset.days * 1440 + offset.seconds // 60
+    hours, minutes = divmod(abs(minutes), 60)
+    return f"{text}{'-' if offset.days < 0 else '+'}{hours:02d}:{minutes:02d}"
+
+
+def rfc3339_of(text: str) -> _dt.datetime:
+    """A naive datetime from ``rfc3339_text``'s text of one (``YYYY-MM-DDTHH:MM:SS[.f{1,6}]Z``, UTC
+    only); ValueError or TypeError otherwise."""
     n = len(text)
-    if (not (n == 19 or 21 <= n <= 26) or text[10] != " " or text[4] != "-" or text[7] != "-"
-            or text[13] != ":" or text[16] != ":" or (n > 19 and (text[19] != "." or not text[20:].isdigit()))):
-        raise ValueError(f"not a datetime 'YYYY-MM-DD HH:MM:SS[.ffffff]': {text!r}")
-    return _DATETIME.fromisoformat(text)
+    if (not (n == 20 or 22 <= n <= 27) or text[10] != "T" or text[-1] != "Z" or text[4] != "-" or text[7] != "-"
+            or text[13] != ":" or text[16] != ":" or (n > 20 and (text[19] != "." or not text[20:-1].isdigit()))):
+        raise ValueError(f"not an RFC 3339 UTC time 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z': {text!r}")
+    return _DATETIME.fromisoformat(text[:-1])
 
 
 def time_of(text: str) -> _dt.timedelta:
@@ -94,9 +110,9 @@ def parse_date(text: str, path: str = "") -> _dt.date:
         raise ConversionError(f"invalid date {text!r}", path=path or None, value=text) from None
 
 
-def parse_datetime(text: str, path: str = "") -> _dt.datetime:
+def parse_rfc3339(text: str, path: str = "") -> _dt.datetime:
     try:
-        return datetime_of(text)
+        return rfc3339_of(text)
     except (ValueError, TypeError):
         raise ConversionError(f"invalid datetime {text!r}", path=path or None, value=text) from None
 

@@ -84,19 +84,19 @@ def main(n: int) -> None:
         dec = _rate(lambda w: from_proto([PbRecord.FromString(x) for x in w], store), wire)
         rows.append((f"protobuf {name}", enc, dec))
     batches = [structured[i:i + BATCH] for i in range(0, n, BATCH)]
-    dumps_lines(batches[0], store)
-    lines = [dumps_lines(b, store) for b in batches]
-    rows.append(("JSON form structured 10 fields", _rate(lambda b: (dumps_lines(b, store), b)[1], batches),
+    dumps_lines(batches[0])
+    lines = [dumps_lines(b) for b in batches]
+    rows.append(("JSON form structured 10 fields", _rate(lambda b: (dumps_lines(b), b)[1], batches),
                  _rate(lambda d: loads_lines(d, store), lines)))
-    cpu = [("JSON form structured 10 fields", _cpu_us(lambda b: (dumps_lines(b, store), b)[1], batches),
+    cpu = [("JSON form structured 10 fields", _cpu_us(lambda b: (dumps_lines(b), b)[1], batches),
             _cpu_us(lambda d: loads_lines(d, store), lines))]
     for name, column_scale in (("JSON form TiCDC 10 col", True), ("JSON form TiCDC 10 col, 1/10 derived", False)):
         recs = _ticdc_records(n, store, column_scale)
         batches = [recs[i:i + BATCH] for i in range(0, n, BATCH)]
-        lines = [dumps_lines(b, store) for b in batches]
-        rows.append((name, _rate(lambda b: (dumps_lines(b, store), b)[1], batches),
+        lines = [dumps_lines(b) for b in batches]
+        rows.append((name, _rate(lambda b: (dumps_lines(b), b)[1], batches),
                      _rate(lambda d: loads_lines(d, store), lines)))
-        cpu.append((name, _cpu_us(lambda b: (dumps_lines(b, store), b)[1], batches),
+        cpu.append((name, _cpu_us(lambda b: (dumps_lines(b), b)[1], batches),
                     _cpu_us(lambda d: loads_lines(d, store), lines)))
     print(f"{'form':<38} {'encode rec/s':>14} {'decode rec/s':>14}")
     for name, enc, dec in rows:

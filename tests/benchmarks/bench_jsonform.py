@@ -43,7 +43,7 @@ def generator_records(n: int) -> list:
     return src.read(n)
 
 
-def cpu_of(make, store) -> tuple[float, float]:
+def cpu_of(make) -> tuple[float, float]:
     """CPU seconds of one dumps_lines pass over fresh records, (Python path, kernel): fresh records
     per pass, so no cache a pass leaves in the values (str's UTF-8) helps the next."""
     times = []
@@ -55,7 +55,7 @@ def cpu_of(make, store) -> tuple[float, float]:
         try:
             c0 = time.process_time()
             for b in batches:
-                jsonform.dumps_lines(b, store)
+                jsonform.dumps_lines(b)
             times.append(time.process_time() - c0)
         finally:
             gc.enable()
@@ -88,12 +88,12 @@ def main() -> None:
     for name, make in shapes:
         batches = make()
         jsonform._kernel = None
-        expected = b"".join(jsonform.dumps_lines(b, store) for b in batches)
+        expected = b"".join(jsonform.dumps_lines(b) for b in batches)
         jsonform._kernel = KERNEL
-        assert b"".join(jsonform.dumps_lines(b, store) for b in make()) == expected, name
+        assert b"".join(jsonform.dumps_lines(b) for b in make()) == expected, name
         py = k = float("inf")
         for _ in range(5):  # interleaved: load from other processes hits both alike
-            p, c = cpu_of(make, store)
+            p, c = cpu_of(make)
             py, k = min(py, p), min(k, c)
         print(f"{name:24} {py / n * 1e6:10.2f} {k / n * 1e6:10.2f} {py / k:8.1f}x")
 

@@ -1,6 +1,6 @@
 """``jsonform.dumps_wire``: a batch message's bytes straight to JSON lines and its ack message.
 
-The reference is the pure-Python path: ``dumps_lines(from_wire(message, store), store)`` with
+The reference is the pure-Python path: ``dumps_lines(from_wire(message, store))`` with
 both kernels off, and ``framing.encode_acks`` of the positions. The kernel must give exactly
 those bytes for plain messages, and None (the caller converts the message itself) for every
 message it does not handle: structured data, schema references, odd shapes, malformed bytes.
@@ -60,7 +60,7 @@ def reference(message: bytes, store: SchemaStore | None = None) -> tuple[bytes, 
             return None
         if failed:
             return None
-        return jsonform.dumps_lines(records, store), encode_acks([r.position for r in records])
+        return jsonform.dumps_lines(records), encode_acks([r.position for r in records])
 
 
 def one_message(records: list[Record], store: SchemaStore | None = None, structured: str = "avro") -> bytes:
@@ -71,7 +71,7 @@ def one_message(records: list[Record], store: SchemaStore | None = None, structu
 
 # ---------------------------------------------------------------------------- strategies
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30) | st.sampled_from(
-    ["", "\u2028\u2029", "\x00\x01\x1f\x7f", "\"\\/", "\U0001F600\U00010000", "a\tb\nc\rd\be\ff", "é" * 9])
+    ["", "\u2028\u2029", "\x00\x01\x1f\x7f", "\"\\/", "\U0001F600\U00010000", "a\tb\nc\rd\be\ff", "é" * 9, "<a&b>"])
 # keys from_wire keeps as they are: the version keys and the derived mark without a subject
 _meta_keys = _text | st.sampled_from(
     ["opencdc.collection", META_KEY_SCHEMA_VERSION, META_PAYLOAD_SCHEMA_VERSION, META_SCHEMA_DERIVED])

@@ -34,7 +34,7 @@ class CountingBatch(RecordBatch):
         records = self._make()
         for r in records:
             r.metadata.update(extra or {})
-        return dumps_lines(records, store)
+        return dumps_lines(records)
 
 
 def test_records_are_made_once_and_the_batch_reads_as_a_sequence():
@@ -62,7 +62,7 @@ def test_jsonform_lines_carry_the_added_metadata_until_the_records_are_made():
     b.add_metadata({"conduit.source.connector.id": "src"})
     lines = b.jsonform_lines(None)
     assert lines is not None and b.made == 0
-    assert lines == dumps_lines(b.records(), None)
+    assert lines == dumps_lines(b.records())
     # once made, the records are what counts (someone may have changed them): the caller writes them
     assert b.jsonform_lines(None) is None
 

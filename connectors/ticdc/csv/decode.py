@@ -14,14 +14,11 @@ import datetime as _dt
 import decimal as _decimal
 import io
 import re
-import struct as _struct
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from itertools import islice as _islice
 from typing import Any, NamedTuple
 
-import orjson
 from cdcflow.connectors.ticdc.canal_json.schema import parse_time as _parse_time_in_range
 from cdcflow.connectors.ticdc.errors import MalformedMessage
 from cdcflow.connectors.ticdc.events import (
@@ -33,7 +30,6 @@ from cdcflow.connectors.ticdc.events import (
     rows_to_dicts,
     rows_to_records,
 )
-from cdcflow.connectors.ticdc.schema import value_kind as _value_kind
 from cdcflow.connectors.ticdc.tidb import (
     INLINE_NAMES,
     Column,
@@ -145,7 +141,6 @@ class CsvDecoder:
         self._fast = (len(o.delimiter) == 1 and len(o.quote) == 1 and o.terminator in ("\r\n", "\n"))
         self._column_plan = tuple(_column_converter(c, o) for c in table.columns)
         self._kernel_plan = _decode_plan(table, o)
-        self._json_plans: dict[int, tuple[object, _TranscodePlan | None]] = {}  # id(store) -> (store, plan)
 
     # -- positions
     def _where(self, line: int, column: int | None = None, name: str | None = None) -> str:
@@ -179,32 +174,6 @@ class CsvDecoder:
         if columns is not None:
             return columns.events()
         return self._events(self._records(text, start_line), start_line)
-
-    def transcode(self, data: bytes, store=None, start_line: int = 1) -> "CsvJsonRows | None":
-        """The file's rows as Conduit JSON-form texts (``CsvJsonRows``), read and written in C
-        without making Python values, records or metadata dicts: what ``decode_columns`` +
-        ``CsvColumns.numbered_records`` + ``jsonform.dumps_lines`` write for them.
-
-        None when the compiled kernel is off, the table or options are outside what it writes
-        (a column type it does not render, is-update pairs, an unusual dialect), or the file has
-        anything it does not render exactly (a non-canonical number, a NULL in a NOT NULL column,
-        a quoted NULL text, malformed data, ...): the caller then takes ``decode_columns``, which
-        returns the data or raises the typed error with file and line."""
-        kernel = _kernel
-        if kernel is None or self._kernel_plan is None:
-            return None
-        hit = self._json_plans.get(id(store))
-        if hit is None or hit[0] is not store:
-            if len(self._json_plans) > 64:
-                self._json_plans.clear()
-            hit = self._json_plans[id(store)] = (store, _transcode_plan(self.table, store, self._kernel_plan.kinds))
-        plan = hit[1]
-        if plan is None:
-            return None
-        got = kernel.transcode(self._kernel_plan, plan.columns, data, self.options.output_field_header and start_line == 1)
-        if got is None:
-            return None
-        return CsvJsonRows(plan, *got)
 
     def decode_columns(self, data: bytes, start_line: int = 1) -> "CsvColumns | list[RowChange]":
         """Like ``decode``, but a file's plain rows come back column-wise (``CsvColumns``), from
@@ -610,169 +579,6 @@ class CsvColumns:
             return [RowChange(table, INSERT, t, r) for t, r in zip(ts, rows)]
         kinds = map(_OPERATION_KIND.__getitem__, self.operations)
         return [RowChange(table, k, t, r) for k, t, r in zip(kinds, ts, rows)]
-
-
-# --------------------------------------------------------------------------- transcoding to JSON-form lines
-
-# JSON kinds of the transcoder's plan (the JK_* numbers in _csv.c), by (Avro value kind, decode kind).
-_JK_INT, _JK_FLOAT, _JK_DECIMAL, _JK_DATE, _JK_DATETIME, _JK_TEXT = range(1, 7)
-_JSON_KINDS = {("long", 1): _JK_INT, ("bigint", 1): _JK_INT, ("double", 2): _JK_FLOAT, ("decimal", 3): _JK_DECIMAL,
-               ("date", 4): _JK_DATE, ("datetime", 5): _JK_DATETIME, ("string", _DK_TEXT): _JK_TEXT}
-_NONFINITE_JSON = {"nan": b'"NaN"', "inf": b'"Infinity"', "-inf": b'"-Infinity"'}
-
-
-def _float_json(value: float) -> bytes:
-    """A float's text in Conduit's JSON form (``jsonform``): orjson's number, NaN and the
-    infinities as strings. The transcoder calls orjson itself for finite values."""
-    if value - value == 0.0:
-        return orjson.dumps(value)
-    return _NONFINITE_JSON[repr(value)]
-
-
-class JsonColumn(NamedTuple):
-    """One column of the transcoder's plan (``_csv.c`` ``unpack_json_plan``, C struct ``json_column``)."""
-
-    kind: int  #: its JK_* kind (``_JK_INT`` .. ``_JK_TEXT``)
-    nullable: bool  #: NULL is written as null (else the file goes back to Python)
-    precision: int  #: DECIMAL precision (1 for BIGINT UNSIGNED: any integer of up to 20 digits)
-    scale: int  #: DECIMAL scale
-    name: bytes  #: ``{"name":`` (first column) or ``,"name":``, as JSON
-
-
-class JsonKey(NamedTuple):
-    """One handle-key column of the transcoder's plan."""
-
-    column: int  #: its index among the table's columns
-    name: bytes  #: ``{"name":`` or ``,"name":``, as JSON
-
-
-class JsonPlan(NamedTuple):
-    """The transcoder's column plan (``_csv.c`` ``transcode``, C struct ``json_plan``), by position."""
-
-    columns: tuple  #: a ``JsonColumn`` per table column
-    key: tuple  #: a ``JsonKey`` per handle-key column (empty: the records have no key)
-    dumps: Callable  #: ``orjson.dumps``, for texts the kernel does not escape itself
-    float_json: Callable  #: ``_float_json``, for floats whose text is not Python's repr
-
-
-class LinesPlan(NamedTuple):
-    """The line assembler's plan (``_csv.c`` ``json_lines``, C struct ``lines_plan``): the
-    metadata JSON around the two values each row sets, then the operations' JSON texts."""
-
-    md_head: bytes  #: the metadata up to the createdAt value
-    md_mid: bytes  #: between the createdAt and the commit-ts values
-    md_tail: bytes  #: after the commit-ts value
-    op_create: bytes
-    op_update: bytes
-    op_delete: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class _TranscodePlan:
-    """Per (table, options, store): the transcoder's column plan (``columns``) and the line
-    assembler's (``lines``), plus the metadata keys every row already has (an ``extra`` key
-    among them is left to Python)."""
-
-    columns: JsonPlan
-    lines: LinesPlan
-    metadata_keys: frozenset
-
-
-def _transcode_plan(table: TableSchema, store, decode_kinds: tuple) -> _TranscodePlan | None:
-    """The transcoder's plan (``decode_kinds``: the decode plan's column kinds), or None where
-    it does not write the table's rows: a column whose value or schema it does not render,
-    repeated column names, metadata that is not str."""
-    _, template, names, key_indexes, created_key, ts_key, _, _ = records_plan(table, store)
-    if len(set(names)) != len(names):
-        return None
-    columns = []
-    for i, (col, decode_kind) in enumerate(zip(table.columns, decode_kinds)):
-        kind, params = _value_kind(col)
-        jk = _JSON_KINDS.get((kind, decode_kind))
-        if jk is None:
-            return None
-        precision, scale = params.get("precision", 0), params.get("scale", 0)
-        if kind == "bigint":
-            precision = 1  # any integer of up to 20 digits (the schema's decimal(20, 0))
-        if jk == _JK_DECIMAL and not (0 <= scale <= precision):
-            return None
-        columns.append(JsonColumn(kind=jk, nullable=col.nullable, precision=precision, scale=scale,
-                                  name=(b"," if i else b"{") + orjson.dumps(col.name) + b":"))
-    key = tuple(JsonKey(column=k, name=(b"," if j else b"{") + orjson.dumps(names[k]) + b":")
-                for j, k in enumerate(key_indexes))
-    # the metadata: constant texts around the two values each row sets (in the template's order)
-    if not all(type(k) is str and type(v) is str for k, v in template.items()):
-        return None
-    slots = [k for k in template if k in (created_key, ts_key)]
-    if slots != [created_key, ts_key]:
-        return None
-    pieces, current = [], []
-    for j, (k, v) in enumerate(template.items()):
-        sep = b"," if j else b""
-        if k in (created_key, ts_key):
-            current.append(sep + orjson.dumps(k) + b':"')
-            pieces.append(b"".join(current))
-            current = [b'"']
-        else:
-            current.append(sep + orjson.dumps(k) + b":" + orjson.dumps(v))
-    pieces.append(b"".join(current))
-    md_head, md_mid, md_tail = pieces
-    lines = LinesPlan(md_head=md_head, md_mid=md_mid, md_tail=md_tail,
-                      op_create=orjson.dumps(Operation.CREATE.text), op_update=orjson.dumps(Operation.UPDATE.text),
-                      op_delete=orjson.dumps(Operation.DELETE.text))
-    return _TranscodePlan(JsonPlan(columns=tuple(columns), key=key, dumps=orjson.dumps, float_json=_float_json),
-                          lines, frozenset(template))
-
-
-class CsvJsonRows:
-    """One CSV file's rows as JSON-form texts (``CsvDecoder.transcode``): per row its row and
-    key objects, operation and commit ts, in four bytes objects. The storage source slices it
-    into batches of lines (``lines``), as it slices ``CsvColumns`` into records."""
-
-    __slots__ = ("_plan", "_text", "_offsets", "_ops", "_ts", "count")
-
-    def __init__(self, plan: _TranscodePlan, text: bytes, offsets: bytes, ops: bytes, commit_ts: bytes | None):
-        self._plan = plan
-        self._text = text
-        self._offsets = offsets
-        self._ops = ops
-        self._ts = commit_ts
-        self.count = len(ops)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def truncate(self, end: int) -> None:
-        """Keep rows ``[0, end)`` only."""
-        self.count = max(0, min(self.count, end))
-
-    def commit_ts_at(self, k: int) -> int:
-        if not 0 <= k < self.count:
-            raise IndexError(k)
-        return 0 if self._ts is None else _U64.unpack_from(self._ts, 8 * k)[0]
-
-    def lines(self, start: int, end: int, prefix: bytes, extra: Mapping[str, str] | None = None) -> bytes | None:
-        """Rows ``[start, end)`` as JSON lines, each ending in a newline: exactly
-        ``jsonform.dumps_lines`` of ``CsvColumns.numbered_records(prefix, store, start, end)``
-        with ``extra`` added to each record's metadata (after its own keys). None (materialise
-        the records instead) when ``extra`` has a key the rows' metadata already holds or a
-        value that is not str."""
-        end = min(end, self.count)
-        start = max(start, 0)
-        if start >= end:
-            return b""
-        extra_text = b""
-        if extra:
-            if not self._plan.metadata_keys.isdisjoint(extra):
-                return None
-            if not all(type(k) is str and type(v) is str for k, v in extra.items()):
-                return None
-            extra_text = b"".join([b"," + orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in extra.items()])
-        return _kernel.json_lines(self._plan.lines, self._text, self._offsets, self._ops, self._ts, start, end,
-                                  bytes(prefix), extra_text)
-
-
-_U64 = _struct.Struct("=Q")
 
 
 def _row_converter(table: TableSchema, columns: tuple[tuple[str, Callable[[str], Any]], ...]

@@ -19,7 +19,6 @@ from cdcflow.connectors.ticdc.open_protocol import OpenProtocolEncoder
 from cdcflow.convert import jsonform
 from cdcflow.record import Operation
 from cdcflow.schemaregistry.client import RegistryClient
-from cdcflow.schemas import default_store
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 from helpers.kafka import (
     ORDERS, DDLEvent, ResolvedEvent, create_topic, make_destination, make_source, raw_messages, read_all, record,
@@ -222,7 +221,7 @@ def test_opencdc_json_record_that_does_not_convert_is_that_records_error(kafka_b
     assert errors[0] is None and errors[2] is None and errors[3] is None
     assert errors[1] and "object" in errors[1]
     got = sorted(m.value() for m in raw_messages(kafka_broker, unique_name, idle=0.8))
-    assert got == sorted(jsonform.dumps_record(r, default_store()) for r in good)
+    assert got == sorted(jsonform.dumps_record(r) for r in good)
 
 
 def test_avro_schema_evolution_new_version_and_409_to_dlq(kafka_broker, schema_registry, unique_name):

@@ -33,7 +33,7 @@ def test_engine_round_trip_generator_storage_storage_file(spark, tmp_path, reque
     store = SchemaStore(str(state / "schemas.sqlite"))  # the store the engine's executors use
     events, records = input_records(300, 200)
     records = [to_record(e, str(i).encode(), store) for i, e in enumerate(events)]
-    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records, store))
+    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records))
     if where == "s3":
         uri, extra = s3_lake(request)
     else:

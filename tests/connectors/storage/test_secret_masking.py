@@ -78,7 +78,7 @@ def test_uri_secrets_never_printed_logged_or_stored(tmp_path, moto_server, kafka
     store = SchemaStore(str(state / "schemas.sqlite"))
     events, _ = input_records(40, 0)
     records = [to_record(e, str(i).encode(), store) for i, e in enumerate(events)]
-    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records, store))
+    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records))
     lake_uri = (f"s3://{bucket}/lake?protocol=csv&endpoint={moto_server}&region=us-east-1"
                 f"&access-key={s3_key}&secret-access-key={s3_secret}")
     # Tansu speaks no SASL: this destination fails, so its error path is covered too

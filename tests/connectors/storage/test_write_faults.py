@@ -86,7 +86,7 @@ def test_schema_name_too_long_goes_to_the_dlq_and_the_batch_is_written(spark, tm
     poison = _rows(1, schema=LONG)[0]
     events = good[:30] + [poison] + good[30:]
     records = [to_record(e, str(i).encode(), store) for i, e in enumerate(events)]
-    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records, store))
+    (tmp_path / "in.jsonl").write_bytes(dumps_lines(records))
     uri, extra = s3_lake(request) if where == "s3" else (str(tmp_path / "lake"), {})
     lake = {"uri": uri, **FORMATS["csv"], **extra}
     path = tmp_path / "p.yaml"
