@@ -47,8 +47,8 @@ class DestinationNode:
         return cls(cfg, plugin, middleware=DestinationMiddleware.of(settings, info))
 
     def write(self, pipeline: str, records: Sequence[Record], last_position: bytes, nacks: Nacks) -> int:
-        """Write ``records`` (``last_position`` is the last one's, known without making the Records
-        of a lazy batch); returns how many the plugin rejected (added to ``nacks``)."""
+        """Write ``records`` (``last_position`` is the last one's); returns how many the plugin
+        rejected (added to ``nacks``)."""
         dest_id = self.config.id
         with in_node(pipeline, DESTINATION, dest_id):
             mw = self.middleware

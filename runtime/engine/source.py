@@ -25,7 +25,6 @@ from ..record import (
     Record,
 )
 from . import processors
-from .fastpath import LazyBatchSource, RecordBatch
 from .faults import SOURCE, in_node, quiet_teardown
 from .middleware import SourceMiddleware, connector_settings
 from .plan import PartitionTask, RunContext
@@ -54,11 +53,8 @@ class SourceNode:
         if batch:
             stamp = {META_SOURCE_CONNECTOR_ID: self.task.source, META_SOURCE_PLUGIN_NAME: self.name,
                      META_SOURCE_PLUGIN_VERSION: self.version}
-            if isinstance(batch, RecordBatch):
-                batch.add_metadata(stamp)
-            else:
-                for r in batch:
-                    r.metadata.update(stamp)
+            for r in batch:
+                r.metadata.update(stamp)
         return batch
 
     def ack(self, positions: list[bytes]) -> None:
@@ -105,9 +101,6 @@ def open_source(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, stat
     info = registry.connector(cfg.plugin)
     plugin = info.new_source()
     plugin.id = cfg.id
-    if isinstance(plugin, LazyBatchSource):
-        # with no processors anywhere, nothing before the destinations needs Record objects
-        plugin.lazy_batches = not (cfg.processors or pipe.processors or any(d.processors for d in pipe.destinations))
     chain = None
     try:
         with in_node(pipe.id, SOURCE, cfg.id):

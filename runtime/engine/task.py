@@ -30,7 +30,6 @@ from . import source as source_nodes
 from .acker import Acker, state_node
 from .destination import DestinationNode, before_stop
 from .dlq import Nacks
-from .fastpath import positions_of
 from .faults import DLQ, STATE, NodeError, PipelineStopped, RetryPolicy, describe, in_node, quiet_teardown
 from .plan import PartitionTask, RunContext
 from .source import SourceNode
@@ -213,7 +212,7 @@ def _cycle(pipe: PipelineConfig, source: SourceNode, parts: _PipelineParts, acke
             drecs, f = processors.run(dest.chain, drecs, nacks, pipe.id)
             stats.filtered += f
         outputs.append((dest, drecs))
-    positions = positions_of(batch)
+    positions = [r.position for r in batch]
     task = stats.task
     verdict = dlq.verdict(pipe, task, positions, nacks, acker.state.window)
 

@@ -188,9 +188,8 @@ PROCESSOR = """\
 
 
 @pytest.mark.parametrize("processors", [False, True])
-def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(tmp_path, monkeypatch, processors):
-    """Automatic GC is off from read to checkpoint submit and back on between batches; the source
-    is offered lazy batches only when no processor needs Record objects."""
+def test_batches_run_with_the_collector_paused(tmp_path, monkeypatch, processors):
+    """Automatic GC is off from read to checkpoint submit and back on between batches."""
     import gc
 
     from cdcflow.connectors.file import FileDestination
@@ -200,7 +199,7 @@ def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(
     real_read, real_write = GeneratorSource.read, FileDestination.write
 
     def read(self, n):
-        seen.append(("read", gc.isenabled(), self.lazy_batches))
+        seen.append(("read", gc.isenabled(), False))
         return real_read(self, n)
 
     def write(self, records):
@@ -209,8 +208,6 @@ def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(
 
     monkeypatch.setattr(GeneratorSource, "read", read)
     monkeypatch.setattr(FileDestination, "write", write)
-    # declares the engine's LazyBatchSource fast path (cdcflow.engine.fastpath), as the storage source does
-    monkeypatch.setattr(GeneratorSource, "lazy_batches", False, raising=False)
     text = PIPELINE.format(out=tmp_path / "out.jsonl")
     if processors:
         text = text.replace("    connectors:\n", PROCESSOR + "    connectors:\n")
@@ -230,7 +227,6 @@ def test_batches_run_with_the_collector_paused_and_lazy_only_without_processors(
     assert gc.isenabled()  # restored after the last batch
     assert [k for k, _, _ in seen].count("write") == 5
     assert all(not enabled for _, enabled, _ in seen)
-    assert {lazy for k, _, lazy in seen if k == "read"} == {not processors}
     lines = (tmp_path / "out.jsonl").read_bytes().splitlines()
     assert len(lines) == 500 and (b'"x":"y"' in lines[0]) is processors
 
