@@ -12,7 +12,7 @@ from cdcflow.errors import ConversionError
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 
-from test_convert_roundtrip import SETTINGS, records
+from helpers.record_strategies import SETTINGS, records
 
 
 

@@ -30,7 +30,7 @@ from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 from cdcflow.varint import uvarint
 
-from test_convert_roundtrip import SETTINGS, records
+from helpers.record_strategies import SETTINGS, records
 
 
 Batch = destination_pb2.Destination.Run.Request

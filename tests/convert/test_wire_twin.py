@@ -24,12 +24,12 @@ from helpers.leakcheck import traced_growth
 
 from cdcflow import accel
 from cdcflow.convert import protobuf
-from cdcflow.convert.protobuf import PbRecord, batch_bytes, from_wire, to_batch
+from cdcflow.convert.protobuf import batch_bytes, from_wire, to_batch
 from cdcflow.errors import ConversionError, SchemaError
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore
 
-from test_convert_roundtrip import MIB, SETTINGS, records
+from helpers.record_strategies import MIB, SETTINGS, records
 
 KERNEL = protobuf._kernel
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"wire kernel {accel.status()['cdcflow.convert._wire']}")
