@@ -43,7 +43,7 @@ def test_uri_parsed_and_discrete_settings_win():
      "avro-enable-watermark", "needs-extension"),
     ({"uri": "kafka://h:1/t?protocol=canal-json&bogus=1"}, "uri", "query"),
     ({"uri": "http://h:1/t?protocol=canal-json"}, "uri", "scheme"),
-    ({"servers": "h:1", "topic": "t"}, "protocol", "required"),
+    ({"servers": "h:1", "topic": "t", "protocol": "raw"}, "protocol", "source-only"),  # no protocol: Conduit's mode
     ({"servers": "h:1", "topic": "t", "protocol": "canal-json", "partition": "columns"}, "columns", "required"),
     ({"uri": "kafka://h:1/t?protocol=canal-json&avro-decimal-handling-mode=exact"}, "avro-decimal-handling-mode",
      "inclusion"),
