@@ -224,7 +224,7 @@ def _templated_row_record(ev: RowChange, position: bytes, template: dict, names:
     key = None
     if names and row is not None:
         try:
-            key = {n: row[n] for n in names}
+            key = {names[0]: row[names[0]]} if len(names) == 1 else {n: row[n] for n in names}
         except KeyError:  # row lacks a key column (should not happen); key is then partial
             key = {n: row[n] for n in names if n in row} or None
     kind = ev.kind

@@ -54,6 +54,7 @@ class _DecodePlan:
     renames: bool
     extension: bool
     extra_fields: tuple[str, ...]  # _tidb_* fields beyond the three (checksums)
+    in_place: tuple[tuple[str, Callable[[Any], Any]], ...] = ()  # (name, conv) when nothing is renamed
 
 
 class AvroDecoder:
@@ -137,9 +138,9 @@ class AvroDecoder:
         if value is None:
             if key is None:
                 raise MalformedMessage(CODEC, None, "message has neither key nor value")
-            kid, kbody = self._frame(key, "key")
+            kid = self._frame(key, "key")
             plan = self._plan(None, kid, "key")
-            row = self._read(plan, kbody, "key", 5)
+            row = self._read(plan, key, "key")
             return RowChange(plan.table, DELETE, commit_ts or 0, row)
         if not value:  # a tombstone is a missing value; an empty one is not a DELETE but broken
             raise MalformedMessage(CODEC, "value byte 0", "value is empty (0 bytes); a DELETE has no value at all")
@@ -151,17 +152,23 @@ class AvroDecoder:
                 raise MalformedMessage(CODEC, f"value byte {len(value)}",
                                        f"checkpoint message needs 9 bytes, got {len(value)}")
             return ResolvedEvent(_U64.unpack_from(value, 1)[0])
-        vid, vbody = self._frame(value, "value")
+        # the framing inline (the common case); ``_frame`` names what is wrong otherwise
+        if first != MAGIC or len(value) < 5:
+            self._frame(value, "value")
+        vid = _HEADER.unpack_from(value)[1]
         kid = None
         if key is not None:
-            kid = self._frame(key, "key")[0]
-        plan = self._plan(kid, vid, "value")
-        row = self._read(plan, vbody, "value", 5)
+            if len(key) < 5 or key[0] != MAGIC:
+                self._frame(key, "key")
+            kid = _HEADER.unpack_from(key)[1]
+        plan = self._plans.get((kid, vid)) or self._plan(kid, vid, "value")
+        row = self._read(plan, value, "value")
         kind, ts, extra = INSERT, commit_ts or 0, None
         if plan.extension:
-            op = row.pop(OP_FIELD)
-            t = row.pop(COMMIT_TS_FIELD)
-            row.pop(PHYSICAL_TIME_FIELD)
+            pop = row.pop
+            op = pop(OP_FIELD)
+            t = pop(COMMIT_TS_FIELD)
+            pop(PHYSICAL_TIME_FIELD)
             if op == "u":
                 kind = UPDATE
             elif op != "c":
@@ -170,7 +177,7 @@ class AvroDecoder:
             if plan.extra_fields:
                 extra = {}
                 for f in plan.extra_fields:
-                    v = row.pop(f)
+                    v = pop(f)
                     extra[_EXTRA_KEYS.get(f, "ticdc." + f.lstrip("_"))] = str(v).lower() if isinstance(v, bool) \
                         else str(v)
         ev = RowChange(plan.table, kind, ts, row)
@@ -189,14 +196,15 @@ class AvroDecoder:
 
     # -- framing and schemas ---------------------------------------------------
     @staticmethod
-    def _frame(data: bytes, part: str) -> tuple[int, memoryview]:
+    def _frame(data: bytes, part: str) -> int:
+        """The schema id of a Confluent-framed message, or the error naming what is wrong."""
         if len(data) < 5:
             raise MalformedMessage(CODEC, f"{part} byte {len(data)}",
                                    f"Confluent Avro needs at least 5 bytes, got {len(data)}")
         magic, schema_id = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise MalformedMessage(CODEC, f"{part} byte 0", f"magic byte is {data[0]:#04x}, expected 0x00")
-        return schema_id, memoryview(data)[5:]
+        return schema_id
 
     def _schema(self, schema_id: int, part: str) -> tuple[dict, Any]:
         hit = self._parsed.get(schema_id)
@@ -258,34 +266,34 @@ class AvroDecoder:
         namespace = raw.get("namespace") or ""
         schema_name = names.get("schema") or (namespace.split(".", 1)[1] if "." in namespace else namespace)
         table = TableSchema(schema_name, names.get("table") or raw["name"], tuple(cols))
-        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields))
+        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields),
+                           tuple((name, conv) for name, _, conv in convs if conv is not None))
         self._plans[(key_id, schema_id)] = plan
         return plan
 
     @staticmethod
-    def _read(plan: _DecodePlan, body: memoryview, part: str, offset: int) -> dict:
-        buf = io.BytesIO(body)
+    def _read(plan: _DecodePlan, data: bytes, part: str) -> dict:
+        """The row of a framed message (its body starts at byte 5), columns converted."""
+        buf = io.BytesIO(data)  # shares the bytes: no copy of the body
+        buf.seek(5)
         try:
             row = schemaless_reader(buf, plan.schema, None)
         except Exception as e:  # noqa: BLE001 - truncated or not matching its schema
-            raise MalformedMessage(CODEC, f"{part} byte {offset + buf.tell()}",
+            raise MalformedMessage(CODEC, f"{part} byte {buf.tell()}",
                                    f"body does not match schema ({type(e).__name__}: {e})") from None
-        if buf.tell() != len(body):
-            raise MalformedMessage(CODEC, f"{part} byte {offset + buf.tell()}",
-                                   f"{len(body) - buf.tell()} bytes left after the Avro body")
-        if plan.convs:
-            name = None
-            try:
-                for name, col_name, conv in plan.convs:
-                    v = row.pop(name) if plan.renames and name != col_name else row[name]
-                    if v is not None and conv is not None:
-                        v = conv(v)
-                    row[col_name] = v
-            except (ValueError, TypeError, OverflowError) as e:
-                raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
-            if plan.renames:  # restore table column order
-                row = {c.name: row[c.name] for c in plan.table.columns} | {
-                    k: v for k, v in row.items() if k.startswith("_tidb_")}
+        if buf.tell() != len(data):
+            raise MalformedMessage(CODEC, f"{part} byte {buf.tell()}",
+                                   f"{len(data) - buf.tell()} bytes left after the Avro body")
+        if plan.renames:
+            return _convert_renamed(plan, row, part)
+        name = None
+        try:
+            for name, conv in plan.in_place:
+                v = row[name]
+                if v is not None:
+                    row[name] = conv(v)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
         return row
 
     def _ddl(self, value: bytes) -> DDLEvent:
@@ -295,6 +303,20 @@ class AvroDecoder:
                             int(body["type"]) if body.get("type") is not None else None)
         except (ValueError, KeyError, TypeError) as e:
             raise MalformedMessage(CODEC, "value byte 1", f"bad DDL message: {e}") from None
+
+
+def _convert_renamed(plan: _DecodePlan, row: dict, part: str) -> dict:
+    """Convert and rename (a sanitized Avro name -> its column's name), in table column order."""
+    name = None
+    try:
+        for name, col_name, conv in plan.convs:
+            v = row.pop(name) if name != col_name else row[name]
+            if v is not None and conv is not None:
+                v = conv(v)
+            row[col_name] = v
+    except (ValueError, TypeError, OverflowError) as e:
+        raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
+    return {c.name: row[c.name] for c in plan.table.columns} | {k: v for k, v in row.items() if k.startswith("_tidb_")}
 
 
 def _estimate_ts(message_ms: int | None) -> int:
