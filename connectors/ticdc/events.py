@@ -122,7 +122,7 @@ def to_record(event: Event, position: bytes, store=None) -> Record:
     model so it travels with the record; None leaves the record without it.
     """
     if type(event) is RowChange:
-        return _row_record(event, position, store)
+        return to_records((event,), (position,), store)[0]
     if type(event) is DDLEvent:
         return _ddl_record(event, position, store)
     if type(event) is ResolvedEvent:
@@ -235,10 +235,6 @@ def records_plan(table: TableSchema, store) -> tuple:
         _RECORDS_PLANS.clear()
     _RECORDS_PLANS[cache_key] = (table, store, plan)
     return plan
-
-
-def _row_record(ev: RowChange, position: bytes, store) -> Record:
-    return to_records((ev,), (position,), store)[0]
 
 
 _ROW_TEMPLATES: dict[tuple[int, int], tuple[TableSchema, object, dict, tuple[str, ...]]] = {}

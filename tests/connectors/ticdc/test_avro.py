@@ -347,6 +347,8 @@ def malformed_cases(k, v):
         ("wrong magic byte", k, b"\x01" + v[1:], MalformedMessage, "value byte 0"),
         ("wrong magic in key", b"\x07" + k[1:], v, MalformedMessage, "key byte 0"),
         ("short header", k, v[:3], MalformedMessage, "value byte 3"),
+        ("short key", k[:2], v, MalformedMessage, "key byte 2"),
+        ("tombstone key with trailing bytes", k + b"\x00", None, MalformedMessage, f"key byte {len(k)}"),
         ("unknown schema id", k, b"\x00" + struct.pack(">I", 9999) + v[5:], UnknownSchema, "value byte 1"),
         ("truncated body", k, v[:-4], MalformedMessage, None),
         ("trailing bytes", k, v + b"\x00\x00", MalformedMessage, f"value byte {len(v)}"),
