@@ -20,6 +20,7 @@ from types import ModuleType
 #: every kernel module, by import name (pyproject.toml builds one extension per entry)
 KERNELS: tuple[str, ...] = (
     "cdcflow.convert._jsonform",
+    "cdcflow.connectors.ticdc.avro._decode",
     "cdcflow.connectors.ticdc.canal_json._canal_json",
     "cdcflow.connectors.ticdc.csv._csv",
     "cdcflow.connectors.ticdc.open_protocol._open_protocol_decode",

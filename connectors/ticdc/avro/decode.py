@@ -3,6 +3,13 @@
 Per schema id the decoder parses the schema and rebuilds the column model once
 (``schema._tidb_column``); fastavro reads each body, then the columns that need it are
 converted to native values (unsigned BIGINT, DECIMAL bytes, temporal texts, BIT).
+
+That read (``AvroDecoder._read``) has one compiled twin, ``_decode.c`` (``accel`` kernel
+``cdcflow.connectors.ticdc.avro._decode``): per schema a ``KernelPlan`` says how each field is
+read and converted, and the kernel does both in one pass over the bytes. fastavro stays the
+reference: a message the kernel does not decide (anything malformed, see ``_decode.c``) is read
+again here, which returns the row or raises the typed error; a schema the plan does not cover
+(renamed columns, types other than TiCDC's flat primitives) is read here only.
 """
 
 from __future__ import annotations
@@ -11,16 +18,19 @@ import dataclasses
 import io
 import json
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from fastavro import parse_schema, schemaless_reader
 
+from cdcflow import accel
 from cdcflow.errors import InfrastructureError, SchemaError
 from cdcflow.record import Record
 from cdcflow.connectors.ticdc.tidb import TableSchema
 
 from ..errors import MalformedMessage, UnknownSchema
 from ..events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, to_records
+from cdcflow.connectors.ticdc.tidb import parse_datetime, parse_time
+
 from .schema import (
     _2_64,
     _HEADER,
@@ -41,9 +51,17 @@ from .schema import (
     PHYSICAL_TIME_FIELD,
     TABLE_PROP,
     AvroOptions,
+    _bits_to_int,
+    _decimal_text,
+    _int_text,
+    _parse_date_once,
     _strip_decimal_logical,
     _tidb_column,
+    _unwrap_u64,
 )
+
+#: the compiled twin of ``AvroDecoder._read`` (None: fastavro only)
+_kernel = accel.load("cdcflow.connectors.ticdc.avro._decode")
 
 
 @dataclasses.dataclass
@@ -55,6 +73,25 @@ class _DecodePlan:
     extension: bool
     extra_fields: tuple[str, ...]  # _tidb_* fields beyond the three (checksums)
     in_place: tuple[tuple[str, Callable[[Any], Any]], ...] = ()  # (name, conv) when nothing is renamed
+    kernel: Any = None  # the compiled reader (``_decode.Reader`` of a KernelPlan), None: fastavro only
+
+
+class KernelField(NamedTuple):
+    """How the compiled reader reads and converts one Avro field (``_decode.c``)."""
+
+    name: str  #: the row key: the Avro field name (plans with renamed columns have no kernel)
+    avro: int  #: the primitive read, ``_decode.AVRO_*`` (int and long read alike)
+    null_branch: int  #: -1 when the field is not a union, else the index of its null branch (0 / 1)
+    conv: int  #: ``_decode.CONV_*``: none, the C twin of ``call``, or CONV_CALL (call ``call``)
+    call: Callable[[Any], Any] | None  #: the reference converter (schema._tidb_column), None if none
+    precision: int  #: DECIMAL bytes only (else 0)
+    scale: int  #: DECIMAL bytes only (else 0)
+
+
+class KernelPlan(NamedTuple):
+    """One schema's fields in order, what ``_decode.Reader`` compiles."""
+
+    fields: tuple[KernelField, ...]
 
 
 class AvroDecoder:
@@ -241,7 +278,7 @@ class AvroDecoder:
             key_names = frozenset(f.get(NAME_PROP, f["name"]) for f in raw["fields"])
         else:
             key_names = frozenset()
-        cols, convs, renames, extension, extra_fields = [], [], False, False, []
+        cols, convs, renames, extension, extra_fields, field_convs = [], [], False, False, [], []
         for f in raw["fields"]:
             fname = f["name"]
             if fname == OP_FIELD:
@@ -249,6 +286,7 @@ class AvroDecoder:
             if extension:
                 if fname not in (OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD):
                     extra_fields.append(fname)
+                field_convs.append((f, None))
                 continue
             try:
                 col, conv = _tidb_column(f, key_names)
@@ -256,6 +294,7 @@ class AvroDecoder:
                 raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not a TiCDC schema: {e}",
                                     schema_id=schema_id) from None
             cols.append(col)
+            field_convs.append((f, conv))
             if conv is not None or col.name != fname:
                 convs.append((fname, col.name, conv))
                 renames = renames or col.name != fname
@@ -266,14 +305,22 @@ class AvroDecoder:
         namespace = raw.get("namespace") or ""
         schema_name = names.get("schema") or (namespace.split(".", 1)[1] if "." in namespace else namespace)
         table = TableSchema(schema_name, names.get("table") or raw["name"], tuple(cols))
+        kernel = None
+        if _kernel is not None and not renames:
+            kplan = _kernel_plan(field_convs)
+            kernel = _kernel.Reader(kplan) if kplan is not None else None
         plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields),
-                           tuple((name, conv) for name, _, conv in convs if conv is not None))
+                           tuple((name, conv) for name, _, conv in convs if conv is not None), kernel)
         self._plans[(key_id, schema_id)] = plan
         return plan
 
     @staticmethod
     def _read(plan: _DecodePlan, data: bytes, part: str) -> dict:
         """The row of a framed message (its body starts at byte 5), columns converted."""
+        if plan.kernel is not None and _kernel is not None:
+            row = plan.kernel.read(data)
+            if row is not None:
+                return row
         buf = io.BytesIO(data)  # shares the bytes: no copy of the body
         buf.seek(5)
         try:
@@ -317,6 +364,47 @@ def _convert_renamed(plan: _DecodePlan, row: dict, part: str) -> dict:
     except (ValueError, TypeError, OverflowError) as e:
         raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
     return {c.name: row[c.name] for c in plan.table.columns} | {k: v for k, v in row.items() if k.startswith("_tidb_")}
+
+
+_KERNEL_AVRO = ("boolean", "int", "long", "float", "double", "string", "bytes")  # index: _decode.AVRO_*
+
+
+def _kernel_plan(field_convs: list[tuple[dict, Callable[[Any], Any] | None]]) -> KernelPlan | None:
+    """The compiled reader's plan for a schema's fields and their reference converters; None
+    when a field is not one the kernel reads (not a primitive or a [null, T] union of one, a
+    logical type other than decimal), so the schema stays with fastavro."""
+    k = _kernel
+    avro_ids = {"boolean": k.AVRO_BOOLEAN, "int": k.AVRO_LONG, "long": k.AVRO_LONG, "float": k.AVRO_FLOAT,
+                "double": k.AVRO_DOUBLE, "string": k.AVRO_STRING, "bytes": k.AVRO_BYTES}
+    # reference converter -> (its C twin, the Avro type the twin reads)
+    twins = {_unwrap_u64: (k.CONV_UNWRAP_U64, "long"), float: (k.CONV_FLOAT, "long"),
+             _int_text: (k.CONV_INT_TEXT, "string"), _bits_to_int: (k.CONV_BITS_TO_INT, "bytes"),
+             _decimal_text: (k.CONV_DECIMAL_TEXT, "string"), _parse_date_once: (k.CONV_PARSE_DATE, "string"),
+             parse_datetime: (k.CONV_PARSE_DATETIME, "string"), parse_time: (k.CONV_PARSE_TIME, "string")}
+    fields = []
+    for f, conv in field_convs:
+        ftype, null_branch = f["type"], -1
+        if isinstance(ftype, list):
+            if len(ftype) != 2 or ftype.count("null") != 1:
+                return None
+            null_branch = ftype.index("null")
+            ftype = ftype[1 - null_branch]
+        if isinstance(ftype, dict):
+            if ftype.get("logicalType") not in (None, "decimal"):
+                return None
+            ftype = ftype.get("type")
+        if ftype not in avro_ids:
+            return None
+        kind, precision, scale = k.CONV_NONE, 0, 0
+        if conv is not None:
+            kind, reads = twins.get(conv, (k.CONV_CALL, None))
+            decimal_ps = getattr(conv, "decimal", None)
+            if decimal_ps is not None and ftype == "bytes" and 0 <= decimal_ps[0] <= 1000 and 0 <= decimal_ps[1] <= 1000:
+                (precision, scale), kind, reads = decimal_ps, k.CONV_DECIMAL_FROM_UNSCALED, "bytes"
+            if reads is not None and reads != ("long" if ftype == "int" else ftype):
+                kind = k.CONV_CALL  # the twin reads another type: the reference converter decides
+        fields.append(KernelField(f["name"], avro_ids[ftype], null_branch, kind, conv, precision, scale))
+    return KernelPlan(tuple(fields))
 
 
 def _estimate_ts(message_ms: int | None) -> int:
