@@ -25,12 +25,10 @@ from fastavro import parse_schema, schemaless_reader
 from cdcflow import accel
 from cdcflow.errors import InfrastructureError, SchemaError
 from cdcflow.record import Record
-from cdcflow.connectors.ticdc.tidb import TableSchema
+from cdcflow.connectors.ticdc.tidb import TableSchema, parse_datetime, parse_time
 
 from ..errors import MalformedMessage, UnknownSchema
 from ..events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, to_records
-from cdcflow.connectors.ticdc.tidb import parse_datetime, parse_time
-
 from .schema import (
     _2_64,
     _HEADER,
