@@ -105,6 +105,7 @@ RESERVED_METADATA = frozenset({
 """``ticdc.*`` keys the mapping owns; every other ``ticdc.*`` key is an event's ``extra``."""
 
 _KIND_OP = {INSERT: Operation.CREATE, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}
+_CREATE, _UPDATE, _DELETE = Operation.CREATE, Operation.UPDATE, Operation.DELETE
 _OP_KIND = {Operation.CREATE: INSERT, Operation.SNAPSHOT: INSERT, Operation.UPDATE: UPDATE,
             Operation.DELETE: DELETE}
 
@@ -121,7 +122,7 @@ def to_record(event: Event, position: bytes, store=None) -> Record:
     model so it travels with the record; None leaves the record without it.
     """
     if type(event) is RowChange:
-        return _row_record(event, position, store)
+        return to_records((event,), (position,), store)[0]
     if type(event) is DDLEvent:
         return _ddl_record(event, position, store)
     if type(event) is ResolvedEvent:
@@ -131,10 +132,13 @@ def to_record(event: Event, position: bytes, store=None) -> Record:
 
 def to_records(events, positions, store=None) -> list[Record]:
     """Batch form of ``to_record``; ``positions`` pairs with ``events``. Rows look their
-    table's template up once per run of rows of the same table."""
+    table's template up once per run of rows of the same table, and share the commit ts texts
+    with the row before when it has the same commit ts (rows of one transaction)."""
     out: list[Record] = []
     append = out.append
-    last_table = template = names = None
+    last_table = template = names = last_ts = None
+    created = ts_text = ""
+    ops = _KIND_OP
     for ev, position in zip(events, positions):
         if type(ev) is not RowChange:
             append(to_record(ev, position, store))
@@ -142,7 +146,31 @@ def to_records(events, positions, store=None) -> list[Record]:
         if ev.table is not last_table:
             last_table = ev.table
             template, names = _row_template(last_table, store)
-        append(_templated_row_record(ev, position, template, names))
+        md = template.copy()
+        commit_ts = ev.commit_ts
+        if commit_ts != last_ts:
+            last_ts = commit_ts
+            created, ts_text = str((commit_ts >> 18) * 1_000_000), str(commit_ts)
+        md[META_CREATED_AT] = created
+        md[META_COMMIT_TS] = ts_text
+        if ev.extra:
+            md.update(ev.extra)
+        row = ev.row
+        key = None
+        if names and row is not None:
+            try:
+                key = {names[0]: row[names[0]]} if len(names) == 1 else {n: row[n] for n in names}
+            except KeyError:  # row lacks a key column (should not happen); key is then partial
+                key = {n: row[n] for n in names if n in row} or None
+        op = ops.get(ev.kind)
+        if op is _CREATE:
+            append(Record(position, op, md, key, None, row))
+        elif op is _UPDATE:
+            append(Record(position, op, md, key, ev.old, row))
+        elif op is _DELETE:
+            append(Record(position, op, md, key, row, None))
+        else:
+            raise ValueError(f"RowChange.kind must be insert/update/delete, not {ev.kind!r}")
     return out
 
 
@@ -207,34 +235,6 @@ def records_plan(table: TableSchema, store) -> tuple:
         _RECORDS_PLANS.clear()
     _RECORDS_PLANS[cache_key] = (table, store, plan)
     return plan
-
-
-def _row_record(ev: RowChange, position: bytes, store) -> Record:
-    return _templated_row_record(ev, position, *_row_template(ev.table, store))
-
-
-def _templated_row_record(ev: RowChange, position: bytes, template: dict, names: tuple[str, ...]) -> Record:
-    md = template.copy()
-    commit_ts = ev.commit_ts
-    md[META_CREATED_AT] = str((commit_ts >> 18) * 1_000_000)
-    md[META_COMMIT_TS] = str(commit_ts)
-    if ev.extra:
-        md.update(ev.extra)
-    row = ev.row
-    key = None
-    if names and row is not None:
-        try:
-            key = {n: row[n] for n in names}
-        except KeyError:  # row lacks a key column (should not happen); key is then partial
-            key = {n: row[n] for n in names if n in row} or None
-    kind = ev.kind
-    if kind == INSERT:
-        return Record(position, Operation.CREATE, md, key, None, row)
-    if kind == UPDATE:
-        return Record(position, Operation.UPDATE, md, key, ev.old, row)
-    if kind == DELETE:
-        return Record(position, Operation.DELETE, md, key, row, None)
-    raise ValueError(f"RowChange.kind must be insert/update/delete, not {kind!r}")
 
 
 _ROW_TEMPLATES: dict[tuple[int, int], tuple[TableSchema, object, dict, tuple[str, ...]]] = {}

@@ -3,6 +3,13 @@
 Per schema id the decoder parses the schema and rebuilds the column model once
 (``schema._tidb_column``); fastavro reads each body, then the columns that need it are
 converted to native values (unsigned BIGINT, DECIMAL bytes, temporal texts, BIT).
+
+That read (``AvroDecoder._read``) has one compiled twin, ``_decode.c`` (``accel`` kernel
+``cdcflow.connectors.ticdc.avro._decode``): per schema a ``KernelPlan`` says how each field is
+read and converted, and the kernel does both in one pass over the bytes. fastavro stays the
+reference: a message the kernel does not decide (anything malformed, see ``_decode.c``) is read
+again here, which returns the row or raises the typed error; a schema the plan does not cover
+(renamed columns, types other than TiCDC's flat primitives) is read here only.
 """
 
 from __future__ import annotations
@@ -11,13 +18,14 @@ import dataclasses
 import io
 import json
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from fastavro import parse_schema, schemaless_reader
 
+from cdcflow import accel
 from cdcflow.errors import InfrastructureError, SchemaError
 from cdcflow.record import Record
-from cdcflow.connectors.ticdc.tidb import TableSchema
+from cdcflow.connectors.ticdc.tidb import TableSchema, parse_datetime, parse_time
 
 from ..errors import MalformedMessage, UnknownSchema
 from ..events import DELETE, INSERT, UPDATE, DDLEvent, Event, ResolvedEvent, RowChange, to_records
@@ -41,9 +49,17 @@ from .schema import (
     PHYSICAL_TIME_FIELD,
     TABLE_PROP,
     AvroOptions,
+    _bits_to_int,
+    _decimal_text,
+    _int_text,
+    _parse_date_once,
     _strip_decimal_logical,
     _tidb_column,
+    _unwrap_u64,
 )
+
+#: the compiled twin of ``AvroDecoder._read`` (None: fastavro only)
+_kernel = accel.load("cdcflow.connectors.ticdc.avro._decode")
 
 
 @dataclasses.dataclass
@@ -54,6 +70,26 @@ class _DecodePlan:
     renames: bool
     extension: bool
     extra_fields: tuple[str, ...]  # _tidb_* fields beyond the three (checksums)
+    in_place: tuple[tuple[str, Callable[[Any], Any]], ...] = ()  # (name, conv) when nothing is renamed
+    kernel: Any = None  # the compiled reader (``_decode.Reader`` of a KernelPlan), None: fastavro only
+
+
+class KernelField(NamedTuple):
+    """How the compiled reader reads and converts one Avro field (``_decode.c``)."""
+
+    name: str  #: the row key: the Avro field name (plans with renamed columns have no kernel)
+    avro: int  #: the primitive read, ``_decode.AVRO_*`` (int and long read alike)
+    null_branch: int  #: -1 when the field is not a union, else the index of its null branch (0 / 1)
+    conv: int  #: ``_decode.CONV_*``: none, the C twin of ``call``, or CONV_CALL (call ``call``)
+    call: Callable[[Any], Any] | None  #: the reference converter (schema._tidb_column), None if none
+    precision: int  #: DECIMAL bytes only (else 0)
+    scale: int  #: DECIMAL bytes only (else 0)
+
+
+class KernelPlan(NamedTuple):
+    """One schema's fields in order, what ``_decode.Reader`` compiles."""
+
+    fields: tuple[KernelField, ...]
 
 
 class AvroDecoder:
@@ -137,9 +173,9 @@ class AvroDecoder:
         if value is None:
             if key is None:
                 raise MalformedMessage(CODEC, None, "message has neither key nor value")
-            kid, kbody = self._frame(key, "key")
+            kid = self._frame(key, "key")
             plan = self._plan(None, kid, "key")
-            row = self._read(plan, kbody, "key", 5)
+            row = self._read(plan, key, "key")
             return RowChange(plan.table, DELETE, commit_ts or 0, row)
         if not value:  # a tombstone is a missing value; an empty one is not a DELETE but broken
             raise MalformedMessage(CODEC, "value byte 0", "value is empty (0 bytes); a DELETE has no value at all")
@@ -151,17 +187,23 @@ class AvroDecoder:
                 raise MalformedMessage(CODEC, f"value byte {len(value)}",
                                        f"checkpoint message needs 9 bytes, got {len(value)}")
             return ResolvedEvent(_U64.unpack_from(value, 1)[0])
-        vid, vbody = self._frame(value, "value")
+        # the framing inline (the common case); ``_frame`` names what is wrong otherwise
+        if first != MAGIC or len(value) < 5:
+            self._frame(value, "value")
+        vid = _HEADER.unpack_from(value)[1]
         kid = None
         if key is not None:
-            kid = self._frame(key, "key")[0]
-        plan = self._plan(kid, vid, "value")
-        row = self._read(plan, vbody, "value", 5)
+            if len(key) < 5 or key[0] != MAGIC:
+                self._frame(key, "key")
+            kid = _HEADER.unpack_from(key)[1]
+        plan = self._plans.get((kid, vid)) or self._plan(kid, vid, "value")
+        row = self._read(plan, value, "value")
         kind, ts, extra = INSERT, commit_ts or 0, None
         if plan.extension:
-            op = row.pop(OP_FIELD)
-            t = row.pop(COMMIT_TS_FIELD)
-            row.pop(PHYSICAL_TIME_FIELD)
+            pop = row.pop
+            op = pop(OP_FIELD)
+            t = pop(COMMIT_TS_FIELD)
+            pop(PHYSICAL_TIME_FIELD)
             if op == "u":
                 kind = UPDATE
             elif op != "c":
@@ -170,7 +212,7 @@ class AvroDecoder:
             if plan.extra_fields:
                 extra = {}
                 for f in plan.extra_fields:
-                    v = row.pop(f)
+                    v = pop(f)
                     extra[_EXTRA_KEYS.get(f, "ticdc." + f.lstrip("_"))] = str(v).lower() if isinstance(v, bool) \
                         else str(v)
         ev = RowChange(plan.table, kind, ts, row)
@@ -189,14 +231,15 @@ class AvroDecoder:
 
     # -- framing and schemas ---------------------------------------------------
     @staticmethod
-    def _frame(data: bytes, part: str) -> tuple[int, memoryview]:
+    def _frame(data: bytes, part: str) -> int:
+        """The schema id of a Confluent-framed message, or the error naming what is wrong."""
         if len(data) < 5:
             raise MalformedMessage(CODEC, f"{part} byte {len(data)}",
                                    f"Confluent Avro needs at least 5 bytes, got {len(data)}")
         magic, schema_id = _HEADER.unpack_from(data)
         if magic != MAGIC:
             raise MalformedMessage(CODEC, f"{part} byte 0", f"magic byte is {data[0]:#04x}, expected 0x00")
-        return schema_id, memoryview(data)[5:]
+        return schema_id
 
     def _schema(self, schema_id: int, part: str) -> tuple[dict, Any]:
         hit = self._parsed.get(schema_id)
@@ -233,7 +276,7 @@ class AvroDecoder:
             key_names = frozenset(f.get(NAME_PROP, f["name"]) for f in raw["fields"])
         else:
             key_names = frozenset()
-        cols, convs, renames, extension, extra_fields = [], [], False, False, []
+        cols, convs, renames, extension, extra_fields, field_convs = [], [], False, False, [], []
         for f in raw["fields"]:
             fname = f["name"]
             if fname == OP_FIELD:
@@ -241,6 +284,7 @@ class AvroDecoder:
             if extension:
                 if fname not in (OP_FIELD, COMMIT_TS_FIELD, PHYSICAL_TIME_FIELD):
                     extra_fields.append(fname)
+                field_convs.append((f, None))
                 continue
             try:
                 col, conv = _tidb_column(f, key_names)
@@ -248,6 +292,7 @@ class AvroDecoder:
                 raise UnknownSchema(CODEC, f"{part} byte 1", f"schema id {schema_id} is not a TiCDC schema: {e}",
                                     schema_id=schema_id) from None
             cols.append(col)
+            field_convs.append((f, conv))
             if conv is not None or col.name != fname:
                 convs.append((fname, col.name, conv))
                 renames = renames or col.name != fname
@@ -258,34 +303,42 @@ class AvroDecoder:
         namespace = raw.get("namespace") or ""
         schema_name = names.get("schema") or (namespace.split(".", 1)[1] if "." in namespace else namespace)
         table = TableSchema(schema_name, names.get("table") or raw["name"], tuple(cols))
-        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields))
+        kernel = None
+        if _kernel is not None and not renames:
+            kplan = _kernel_plan(field_convs)
+            kernel = _kernel.Reader(kplan) if kplan is not None else None
+        plan = _DecodePlan(parsed, table, convs, renames, extension, tuple(extra_fields),
+                           tuple((name, conv) for name, _, conv in convs if conv is not None), kernel)
         self._plans[(key_id, schema_id)] = plan
         return plan
 
     @staticmethod
-    def _read(plan: _DecodePlan, body: memoryview, part: str, offset: int) -> dict:
-        buf = io.BytesIO(body)
+    def _read(plan: _DecodePlan, data: bytes, part: str) -> dict:
+        """The row of a framed message (its body starts at byte 5), columns converted."""
+        if plan.kernel is not None and _kernel is not None:
+            row = plan.kernel.read(data)
+            if row is not None:
+                return row
+        buf = io.BytesIO(data)  # shares the bytes: no copy of the body
+        buf.seek(5)
         try:
             row = schemaless_reader(buf, plan.schema, None)
         except Exception as e:  # noqa: BLE001 - truncated or not matching its schema
-            raise MalformedMessage(CODEC, f"{part} byte {offset + buf.tell()}",
+            raise MalformedMessage(CODEC, f"{part} byte {buf.tell()}",
                                    f"body does not match schema ({type(e).__name__}: {e})") from None
-        if buf.tell() != len(body):
-            raise MalformedMessage(CODEC, f"{part} byte {offset + buf.tell()}",
-                                   f"{len(body) - buf.tell()} bytes left after the Avro body")
-        if plan.convs:
-            name = None
-            try:
-                for name, col_name, conv in plan.convs:
-                    v = row.pop(name) if plan.renames and name != col_name else row[name]
-                    if v is not None and conv is not None:
-                        v = conv(v)
-                    row[col_name] = v
-            except (ValueError, TypeError, OverflowError) as e:
-                raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
-            if plan.renames:  # restore table column order
-                row = {c.name: row[c.name] for c in plan.table.columns} | {
-                    k: v for k, v in row.items() if k.startswith("_tidb_")}
+        if buf.tell() != len(data):
+            raise MalformedMessage(CODEC, f"{part} byte {buf.tell()}",
+                                   f"{len(data) - buf.tell()} bytes left after the Avro body")
+        if plan.renames:
+            return _convert_renamed(plan, row, part)
+        name = None
+        try:
+            for name, conv in plan.in_place:
+                v = row[name]
+                if v is not None:
+                    row[name] = conv(v)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
         return row
 
     def _ddl(self, value: bytes) -> DDLEvent:
@@ -295,6 +348,61 @@ class AvroDecoder:
                             int(body["type"]) if body.get("type") is not None else None)
         except (ValueError, KeyError, TypeError) as e:
             raise MalformedMessage(CODEC, "value byte 1", f"bad DDL message: {e}") from None
+
+
+def _convert_renamed(plan: _DecodePlan, row: dict, part: str) -> dict:
+    """Convert and rename (a sanitized Avro name -> its column's name), in table column order."""
+    name = None
+    try:
+        for name, col_name, conv in plan.convs:
+            v = row.pop(name) if name != col_name else row[name]
+            if v is not None and conv is not None:
+                v = conv(v)
+            row[col_name] = v
+    except (ValueError, TypeError, OverflowError) as e:
+        raise MalformedMessage(CODEC, f"{part} field {name}", f"bad value: {e}") from None
+    return {c.name: row[c.name] for c in plan.table.columns} | {k: v for k, v in row.items() if k.startswith("_tidb_")}
+
+
+_KERNEL_AVRO = ("boolean", "int", "long", "float", "double", "string", "bytes")  # index: _decode.AVRO_*
+
+
+def _kernel_plan(field_convs: list[tuple[dict, Callable[[Any], Any] | None]]) -> KernelPlan | None:
+    """The compiled reader's plan for a schema's fields and their reference converters; None
+    when a field is not one the kernel reads (not a primitive or a [null, T] union of one, a
+    logical type other than decimal), so the schema stays with fastavro."""
+    k = _kernel
+    avro_ids = {"boolean": k.AVRO_BOOLEAN, "int": k.AVRO_LONG, "long": k.AVRO_LONG, "float": k.AVRO_FLOAT,
+                "double": k.AVRO_DOUBLE, "string": k.AVRO_STRING, "bytes": k.AVRO_BYTES}
+    # reference converter -> (its C twin, the Avro type the twin reads)
+    twins = {_unwrap_u64: (k.CONV_UNWRAP_U64, "long"), float: (k.CONV_FLOAT, "long"),
+             _int_text: (k.CONV_INT_TEXT, "string"), _bits_to_int: (k.CONV_BITS_TO_INT, "bytes"),
+             _decimal_text: (k.CONV_DECIMAL_TEXT, "string"), _parse_date_once: (k.CONV_PARSE_DATE, "string"),
+             parse_datetime: (k.CONV_PARSE_DATETIME, "string"), parse_time: (k.CONV_PARSE_TIME, "string")}
+    fields = []
+    for f, conv in field_convs:
+        ftype, null_branch = f["type"], -1
+        if isinstance(ftype, list):
+            if len(ftype) != 2 or ftype.count("null") != 1:
+                return None
+            null_branch = ftype.index("null")
+            ftype = ftype[1 - null_branch]
+        if isinstance(ftype, dict):
+            if ftype.get("logicalType") not in (None, "decimal"):
+                return None
+            ftype = ftype.get("type")
+        if ftype not in avro_ids:
+            return None
+        kind, precision, scale = k.CONV_NONE, 0, 0
+        if conv is not None:
+            kind, reads = twins.get(conv, (k.CONV_CALL, None))
+            decimal_ps = getattr(conv, "decimal", None)
+            if decimal_ps is not None and ftype == "bytes" and 0 <= decimal_ps[0] <= 1000 and 0 <= decimal_ps[1] <= 1000:
+                (precision, scale), kind, reads = decimal_ps, k.CONV_DECIMAL_FROM_UNSCALED, "bytes"
+            if reads is not None and reads != ("long" if ftype == "int" else ftype):
+                kind = k.CONV_CALL  # the twin reads another type: the reference converter decides
+        fields.append(KernelField(f["name"], avro_ids[ftype], null_branch, kind, conv, precision, scale))
+    return KernelPlan(tuple(fields))
 
 
 def _estimate_ts(message_ms: int | None) -> int:

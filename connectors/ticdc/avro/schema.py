@@ -568,6 +568,7 @@ def _decimal_from_unscaled(precision: int, scale: int) -> Callable[[bytes], deci
         if not -limit < n < limit:
             raise ValueError(f"unscaled value {n} has more than the {precision} digits of its DECIMAL")
         return multiply(dec(n), unit)
+    conv.decimal = (precision, scale)  # type: ignore[attr-defined]  # what the compiled twin reads (decode.py)
     return conv
 
 

@@ -23,7 +23,7 @@ from cdcflow.connectors.ticdc.events import DELETE, INSERT, UPDATE, RowChange
 from cdcflow.record import Record
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
 
-from test_avro import malformed_cases
+from helpers.avro_cases import malformed_cases
 
 OPTIONS = st.builds(AvroOptions, st.booleans(), st.sampled_from(["precise", "string"]),
                     st.sampled_from(["long", "string"]))

@@ -16,6 +16,7 @@ from cdcflow.connectors.ticdc.events import (
     RowChange,
     from_record,
     to_record,
+    to_records,
 )
 from cdcflow.errors import RecordError
 from cdcflow.record import META_CONTROL, Operation, Record
@@ -243,3 +244,33 @@ def test_table_rows_extend_select_take_keep_each_rows_table(store):
     assert first.select(1, 3).commit_ts == [TS + 1, TS + 2]
     assert TableRows.of_event(evs[2], 7).events(recs[:3] + [recs[2]] * 5)[0] == evs[2]
     assert records_to_rows(recs, None) == [0, 1, 2, 3, 4]
+
+
+def test_batch_mapping_equals_one_by_one_across_commit_ts_runs_and_tables(store):
+    """``to_records`` shares the commit ts texts between rows of one transaction and the
+    template between rows of one table: each record must still equal its own ``to_record``."""
+    other = TableSchema("shop", "items", (Column("sku", "VARCHAR", length=8, nullable=False, primary_key=True,
+                                                 handle_key=True), Column("n", "INT")))
+    events = [
+        RowChange(ORDERS, INSERT, TS, {"id": 1, "price": Decimal("1.0000"), "note": "a"}),
+        RowChange(ORDERS, UPDATE, TS, {"id": 2, "price": Decimal("2.0000"), "note": None},
+                  old={"id": 2, "price": Decimal("1.5000"), "note": None}, extra={"ticdc.row-checksum": "9"}),
+        RowChange(other, DELETE, TS, {"sku": "x", "n": 3}),
+        DDLEvent("shop", "orders", "ALTER TABLE orders ADD c INT", TS + (5 << 18)),
+        RowChange(ORDERS, INSERT, TS + (5 << 18), {"id": 3, "price": Decimal("3.0000"), "note": "c"}),
+        ResolvedEvent(TS + (6 << 18)),
+        RowChange(ORDERS, DELETE, TS + (9 << 18), {"id": 4, "price": None, "note": None}),
+    ]
+    positions = [b"p%d" % i for i in range(len(events))]
+    batch = to_records(events, positions, store)
+    one_by_one = [to_record(ev, pos, store) for ev, pos in zip(events, positions)]
+
+    def shape(r):
+        return r.position, r.operation, r.metadata, r.key, r.before, r.after
+
+    assert [shape(r) for r in batch] == [shape(r) for r in one_by_one]
+    assert [r.metadata.get("ticdc.commit-ts") for r in batch] == [
+        str(TS), str(TS), str(TS), str(TS + (5 << 18)), str(TS + (5 << 18)), None, str(TS + (9 << 18))]
+    assert batch[4].metadata["opencdc.createdAt"] == str(((TS >> 18) + 5) * 1_000_000)
+    assert batch[1].metadata["ticdc.row-checksum"] == "9" and "ticdc.row-checksum" not in batch[0].metadata
+    assert batch[2].key == {"sku": "x"} and batch[2].before == {"sku": "x", "n": 3} and batch[2].after is None
