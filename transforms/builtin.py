@@ -19,6 +19,7 @@ from .field_exclude import FieldExclude
 from .field_rename import FieldRename
 from .field_set import FieldSet
 from .filter import Filter
+from .javascript import CustomJavascript
 from .unwrap import UnwrapDebezium, UnwrapKafkaConnect, UnwrapOpenCDC
 from .webhook import WebhookHTTP
 
@@ -27,7 +28,7 @@ BUILTIN_TRANSFORMS: list[type[Transform]] = [
     FieldSet, FieldRename, FieldExclude, FieldConvert, Filter,
     JsonDecode, JsonEncode, AvroDecode, AvroEncode, Base64Decode, Base64Encode,
     UnwrapDebezium, UnwrapKafkaConnect, UnwrapOpenCDC,
-    Split, Clone, Error, WebhookHTTP,
+    Split, Clone, Error, WebhookHTTP, CustomJavascript,
     CdcRoute, CdcFilter, CdcMask, CdcDedup,
 ]
 
