@@ -22,6 +22,8 @@ import orjson
 
 from cdcflow.errors import InfrastructureError
 from cdcflow.masking import MASK
+from cdcflow.record import Record
+from cdcflow.sdk import Failed, Result, Transform
 
 log = logging.getLogger(__name__)
 
@@ -138,3 +140,41 @@ def field_text(value: Any) -> str:
     if isinstance(value, dict):
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str).decode()
     raise RecordFault(f"unsupported type {type(value).__name__}")
+
+
+class ApiTransform(Transform):
+    """What the AI processors share: the client's life and the read → ask → store loop."""
+
+    author = "cdcflow"
+    _client: ApiClient | None = None
+
+    def teardown(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def ask(self, records: Sequence[Record], read: Callable[[Record], T], size: int,
+            call: Callable[[list[T]], list[Any]], store: Callable[[Record, Any], None]) -> list[Result]:
+        """``read`` each record's request input, ``call`` the API ``size`` inputs at a time
+        (see ``in_requests``), ``store`` each answer. A record whose input cannot be read,
+        whose request is refused or whose answer cannot be stored fails alone; an outage
+        (InfrastructureError from ``call``) fails the batch."""
+        out: list[Result] = []
+        inputs: list[T] = []
+        ok: list[int] = []
+        for i, r in enumerate(records):
+            try:
+                inputs.append(read(r))
+                ok.append(i)
+                out.append(r)
+            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
+                out.append(Failed(str(e)))
+        for i, answer in zip(ok, in_requests(inputs, size, call)):
+            if isinstance(answer, RecordFault):
+                out[i] = Failed(str(answer))
+                continue
+            try:
+                store(records[i], answer)
+            except Exception as e:  # noqa: BLE001
+                out[i] = Failed(f"failed storing the answer: {e}")
+        return out

@@ -10,7 +10,7 @@ batch as the documents of one query and stores each document's result as JSON.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import orjson
 
@@ -18,9 +18,9 @@ from cdcflow.errors import ConfigError
 from cdcflow.extras import require
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result
 
-from .ai_http import ApiClient, Backoff, RecordFault, field_text, in_requests
+from .ai_http import ApiClient, ApiTransform, Backoff, RecordFault, field_text
 from .base import compile_ref, plugin_name
 
 #: metadata key naming the model of cohere.embed's output (Conduit's EmbedModelMetadata)
@@ -61,8 +61,7 @@ def go_sprintf_one(template: str, value: str) -> str:
     return out if used else f"{out}%!(EXTRA string={value})"
 
 
-class _Cohere(Transform):
-    author = "cdcflow"
+class _Cohere(ApiTransform):
     #: settings naming the field read and the field written
     input_setting, output_setting = "request.body", "response.body"
 
@@ -79,34 +78,11 @@ class _Cohere(Transform):
         self._client = ApiClient("cohere", c["baseURL"], api_key=c["apiKey"], timeout=float(c["timeout"]),
                                  backoff=backoff)
 
-    def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
-
-    def _run(self, records: Sequence[Record], size: int, call: Callable[[list[str]], list[Any]],
-             store: Callable[[Record, Any], None]) -> list[Result]:
-        """Read each record's input text, ask the API (``size`` texts per request), store the answers."""
-        out: list[Result] = []
-        texts: list[str] = []
-        ok: list[int] = []
-        for i, r in enumerate(records):
-            try:
-                texts.append(field_text(self._in.get(r)))
-                ok.append(i)
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"failed to get input from {self._in.reference!r}: {e}"))
-        for i, answer in zip(ok, in_requests(texts, size, call)):
-            if isinstance(answer, RecordFault):
-                out[i] = Failed(str(answer))
-                continue
-            try:
-                store(records[i], answer)
-            except Exception as e:  # noqa: BLE001
-                out[i] = Failed(f"failed setting {self._out.reference!r}: {e}")
-        return out
+    def _read(self, r: Record) -> str:
+        try:
+            return field_text(self._in.get(r))
+        except Exception as e:  # noqa: BLE001 - reported as the record's failure
+            raise RecordFault(f"failed to get input from {self._in.reference!r}: {e}") from None
 
 
 class CohereCommand(_Cohere):
@@ -135,7 +111,7 @@ class CohereCommand(_Cohere):
         return [content[0]["text"]]
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        return self._run(records, 1, self._chat, self._out.set)
+        return self.ask(records, self._read, 1, self._chat, self._out.set)
 
 
 class CohereEmbed(_Cohere):
@@ -182,7 +158,7 @@ class CohereEmbed(_Cohere):
         self._out.set(r, self._compress(orjson.dumps(vector)))
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        return self._run(records, int(self._config["maxTextsPerRequest"]), self._embed, self._store)
+        return self.ask(records, self._read, int(self._config["maxTextsPerRequest"]), self._embed, self._store)
 
 
 class CohereRerank(_Cohere):
@@ -213,7 +189,7 @@ class CohereRerank(_Cohere):
         return [_rerank_json(by_index.get(i) or {}) for i in range(len(texts))]
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        return self._run(records, len(records), self._rerank_whole, self._out.set)
+        return self.ask(records, self._read, len(records), self._rerank_whole, self._out.set)
 
     def _rerank_whole(self, texts: list[str]) -> list[str]:
         if not texts:

@@ -14,9 +14,9 @@ import orjson
 
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result
 
-from .ai_http import ApiClient, Backoff, RecordFault, in_requests
+from .ai_http import ApiClient, ApiTransform, Backoff, RecordFault
 from .base import compile_ref
 
 #: models Conduit's processor accepts
@@ -59,7 +59,7 @@ def _structured(value: Any) -> dict[str, Any]:
     raise RecordFault(f"cannot process field: unexpected data type {type(value).__name__}")
 
 
-class Ollama(Transform):
+class Ollama(ApiTransform):
     name = "ollama"
     summary = "Processes data through an Ollama instance"
     description = (
@@ -68,9 +68,8 @@ class Ollama(Transform):
         "unreachable server, a timeout or a 5xx fails the batch; an answer that is not a JSON object fails the "
         "record."
     )
-    author = "cdcflow"
     parameters = {
-        "field": Parameter(default=".Payload.After", regex=r"^.Payload",
+        "field": Parameter(default=".Payload.After", regex=r"^\.Payload.*",
                            description="Field (under .Payload) whose structured data is rewritten."),
         "url": Parameter(required=True, description="Base URL of the Ollama server, e.g. http://localhost:11434."),
         "model": Parameter(default="llama3.2", inclusion=ALLOWED_MODELS, description="Model to use."),
@@ -88,12 +87,6 @@ class Ollama(Transform):
         self._client = ApiClient("ollama", self._config["url"], timeout=float(self._config["timeout"]),
                                  backoff=Backoff(retries=2))
 
-    def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
-
     def _generate(self, prompts: list[str]) -> list[dict[str, Any]]:
         [prompt] = prompts
         answer = self._client.post("/api/generate", {"model": self._config["model"], "prompt": prompt,
@@ -105,20 +98,8 @@ class Ollama(Transform):
         except orjson.JSONDecodeError as e:
             raise RecordFault(f"invalid JSON in response: {e}") from None
 
+    def _prompt(self, r: Record) -> str:
+        return build_prompt(self._config.get("prompt") or "", _structured(self._field.get(r)))
+
     def process(self, records: Sequence[Record]) -> list[Result]:
-        out: list[Result] = []
-        prompts: list[str] = []
-        ok: list[int] = []
-        for i, r in enumerate(records):
-            try:
-                prompts.append(build_prompt(self._config.get("prompt") or "", _structured(self._field.get(r))))
-                ok.append(i)
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(str(e)))
-        for i, answer in zip(ok, in_requests(prompts, 1, self._generate)):
-            if isinstance(answer, RecordFault):
-                out[i] = Failed(str(answer))
-            else:
-                self._field.set(records[i], answer)
-        return out
+        return self.ask(records, self._prompt, 1, self._generate, self._field.set)

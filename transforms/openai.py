@@ -17,9 +17,9 @@ import orjson
 
 from cdcflow.params import Parameter, ParamType
 from cdcflow.record import Record
-from cdcflow.sdk import Failed, Result, Transform
+from cdcflow.sdk import Result
 
-from .ai_http import ApiClient, Backoff, RecordFault, field_text, in_requests
+from .ai_http import ApiClient, ApiTransform, Backoff, RecordFault, field_text
 from .base import compile_ref
 
 #: Conduit's globalConfig of both processors, plus cdcflow's base URL and time limit
@@ -39,8 +39,7 @@ COMMON_PARAMETERS: Mapping[str, Parameter] = {
 }
 
 
-class _OpenAI(Transform):
-    author = "cdcflow"
+class _OpenAI(ApiTransform):
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
@@ -54,36 +53,19 @@ class _OpenAI(Transform):
         self._client = ApiClient("openai", c["base_url"], api_key=c["api_key"], timeout=float(c["timeout"]),
                                  backoff=backoff)
 
-    def teardown(self) -> None:
-        client = getattr(self, "_client", None)
-        if client is not None:
-            client.close()
-            self._client = None
-
     def _options(self, names: Sequence[str]) -> dict[str, Any]:
         """The optional request fields that are set (Go leaves zero values out of the JSON)."""
         return {n: self._config[n] for n in names if self._config.get(n) not in (None, "")}
 
-    def _store(self, r: Record, before: Any, answer: str) -> None:
-        """Write ``answer`` where the input was read, typed as Conduit does: text for a text field, bytes else."""
-        self._field.set(r, answer if isinstance(before, str) else answer.encode("utf-8"))
+    def _read(self, r: Record) -> str:
+        try:
+            return field_text(self._field.get(r))
+        except Exception as e:  # noqa: BLE001 - reported as the record's failure
+            raise RecordFault(f"field {self._field.reference!r}: {e}") from None
 
-    def _inputs(self, records: Sequence[Record]) -> tuple[list[Any], list[int], list[Result]]:
-        """Each record's field value and text; records whose field cannot be read fail here."""
-        values: list[Any] = []
-        texts: list[str] = []
-        ok: list[int] = []
-        out: list[Result] = []
-        for i, r in enumerate(records):
-            try:
-                v = self._field.get(r)
-                texts.append(field_text(v))
-                values.append(v)
-                ok.append(i)
-                out.append(r)
-            except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
-                out.append(Failed(f"field {self._field.reference!r}: {e}"))
-        return [values, texts], ok, out
+    def _store(self, r: Record, answer: str) -> None:
+        """Write ``answer`` where the input was read, typed as Conduit does: text into a text field, bytes else."""
+        self._field.set(r, answer if isinstance(self._field.get(r), str) else answer.encode("utf-8"))
 
 
 class OpenAIEmbeddings(_OpenAI):
@@ -115,14 +97,8 @@ class OpenAIEmbeddings(_OpenAI):
         return [_vector(d["embedding"]) for d in sorted(data, key=lambda d: d.get("index", 0))]
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        (values, texts), ok, out = self._inputs(records)
-        answers = in_requests(texts, int(self._config["batch_size"]), self._embed)
-        for i, value, answer in zip(ok, values, answers):
-            if isinstance(answer, RecordFault):
-                out[i] = Failed(str(answer))
-            else:
-                self._store(records[i], value, orjson.dumps(answer).decode())
-        return out
+        return self.ask(records, self._read, int(self._config["batch_size"]),
+                        lambda texts: [orjson.dumps(v).decode() for v in self._embed(texts)], self._store)
 
 
 def _vector(embedding: Any) -> list[float]:
@@ -197,11 +173,4 @@ class OpenAITextgen(_OpenAI):
         return [choices[0]["message"]["content"]]
 
     def process(self, records: Sequence[Record]) -> list[Result]:
-        (values, texts), ok, out = self._inputs(records)
-        answers = in_requests(texts, 1, self._complete)
-        for i, value, answer in zip(ok, values, answers):
-            if isinstance(answer, RecordFault):
-                out[i] = Failed(str(answer))
-            else:
-                self._store(records[i], value, answer)
-        return out
+        return self.ask(records, self._read, 1, self._complete, self._store)
