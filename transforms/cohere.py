@@ -39,6 +39,12 @@ COMMON_PARAMETERS: Mapping[str, Parameter] = {
                          description="cdcflow: time limit of one HTTP call."),
 }
 
+#: the fields cohere.command and cohere.rerank read from and write to
+BODY_PARAMETERS: Mapping[str, Parameter] = {
+    "request.body": Parameter(default=".Payload.After", description="Field whose text is sent."),
+    "response.body": Parameter(default=".Payload.After", description="Field the answer is stored in."),
+}
+
 _GO_VERB = re.compile(r"%[-+# 0]*\d*(?:\.\d+)?[svqd%]")
 
 
@@ -96,8 +102,7 @@ class CohereCommand(_Cohere):
     parameters = {
         "model": Parameter(default="command", description="Cohere command model."),
         "prompt": Parameter(required=True, description="Prompt; %s is replaced by the record's text (Go's Sprintf)."),
-        "request.body": Parameter(default=".Payload.After", description="Field whose text is sent."),
-        "response.body": Parameter(default=".Payload.After", description="Field the answer is stored in."),
+        **BODY_PARAMETERS,
         **COMMON_PARAMETERS,
     }
 
@@ -174,8 +179,7 @@ class CohereRerank(_Cohere):
     parameters = {
         "model": Parameter(default="rerank-v3.5", description="Cohere rerank model."),
         "query": Parameter(required=True, description="The search query."),
-        "request.body": Parameter(default=".Payload.After", description="Field whose text is a document."),
-        "response.body": Parameter(default=".Payload.After", description="Field the result is stored in."),
+        **BODY_PARAMETERS,
         **COMMON_PARAMETERS,
     }
 
