@@ -438,3 +438,17 @@ def test_run_with_the_api_down_stops_naming_the_node_and_blames_no_record(tmp_pa
     assert r.returncode != 0
     assert "embed" in r.stderr and "openai" in r.stderr
     assert not out and not dlq
+
+
+SEVEN = {"custom.javascript": None, "openai.embeddings": "api_key", "openai.textgen": "api_key",
+         "cohere.command": "apiKey", "cohere.embed": "apiKey", "cohere.rerank": "apiKey", "ollama": None}
+
+
+def test_plugins_list_and_describe_show_the_seven():
+    listed = json.loads(cli(["plugins", "list", "--json"]).stdout)["plugins"]
+    builtins = {p["name"] for p in listed if p["type"] == "builtin" and p["kind"] == "transform"}
+    assert set(SEVEN) <= builtins
+    for name, key in SEVEN.items():
+        if key:
+            params = json.loads(cli(["plugins", "describe", name, "--json"]).stdout)["parameters"]["transform"]
+            assert params[key]["secret"] and params[key]["required"], name
