@@ -140,6 +140,8 @@ class OpenAITextgen(_OpenAI):
         "metadata.*": Parameter(description="Metadata sent with the request."),
     }
 
+    #: settings whose name in the request differs (Go client's JSON tags)
+    _WIRE = {"top_log_probs": "top_logprobs", "log_probs": "logprobs"}
     _NUMBERS = {"max_tokens": int, "max_completion_tokens": int, "n": int, "top_log_probs": int, "seed": int,
                 "temperature": float, "top_p": float, "presence_penalty": float, "frequency_penalty": float}
 
@@ -149,10 +151,10 @@ class OpenAITextgen(_OpenAI):
         for name, cast in self._NUMBERS.items():
             v = config.get(name)
             if v not in (None, "") and (cast(v) != 0 or name == "seed"):  # Go omits zero values
-                body[name] = cast(v)
+                body[self._WIRE.get(name, name)] = cast(v)
         for name in ("log_probs", "store"):
             if str(config.get(name, "")).lower() == "true":
-                body["logprobs" if name == "log_probs" else name] = True
+                body[self._WIRE.get(name, name)] = True
         body.update(self._options(("user", "reasoning_effort")))
         if config.get("stop"):
             body["stop"] = [s.strip() for s in str(config["stop"]).split(",") if s.strip()]

@@ -250,6 +250,17 @@ def test_text_field_gets_text_and_cohere_embed_batches(server):
     assert server.requests[-1][1]["input_type"] == "search_document"
 
 
+def test_textgen_request_options_use_the_api_names(server):
+    t = openai("openai.textgen", server, model="m", developer_message="up", temperature="0.5", max_tokens="0",
+               top_log_probs="2", log_probs="true", stop="END, STOP", seed="0", **{"logit_bias.50256": "-100",
+                                                                                "metadata.team": "data"})
+    t.process([Record(after=b"x")])
+    body = server.requests[0][1]
+    assert {k: v for k, v in body.items() if k != "messages"} == {
+        "model": "m", "temperature": 0.5, "top_logprobs": 2, "logprobs": True, "stop": ["END", "STOP"], "seed": 0,
+        "logit_bias": {"50256": -100}, "metadata": {"team": "data"}}
+
+
 def test_rerank_sends_the_batch_as_one_query(server):
     t = cohere("cohere.rerank", server, query="q")
     out = t.process([Record(after=b"a"), Record(after=b"b"), Record(after=b"c")])
