@@ -40,6 +40,7 @@ COMMON_PARAMETERS: Mapping[str, Parameter] = {
 
 
 class _OpenAI(ApiTransform):
+    """Settings, client and field handling both OpenAI processors share."""
 
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
@@ -91,7 +92,7 @@ class OpenAIEmbeddings(_OpenAI):
                 **self._options(("encoding_format", "user"))}
         if int(self._config.get("dimensions") or 0) > 0:
             body["dimensions"] = int(self._config["dimensions"])
-        data = self._client.post("/embeddings", body)["data"]
+        data = self._client.post("/embeddings", body).get("data") or []
         if len(data) != len(texts):
             raise RecordFault(f"openai API returned {len(data)} embeddings for {len(texts)} inputs")
         return [_vector(d["embedding"]) for d in sorted(data, key=lambda d: d.get("index", 0))]
