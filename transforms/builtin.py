@@ -12,6 +12,7 @@ from .cdc_route import CdcRoute
 from .codec_avro import AvroDecode, AvroEncode
 from .codec_base64 import Base64Decode, Base64Encode
 from .codec_json import JsonDecode, JsonEncode
+from .cohere import CohereCommand, CohereEmbed, CohereRerank
 from .error import Error
 from .fanout import Clone, Split
 from .field_convert import FieldConvert
@@ -19,6 +20,9 @@ from .field_exclude import FieldExclude
 from .field_rename import FieldRename
 from .field_set import FieldSet
 from .filter import Filter
+from .javascript import CustomJavascript
+from .ollama import Ollama
+from .openai import OpenAIEmbeddings, OpenAITextgen
 from .unwrap import UnwrapDebezium, UnwrapKafkaConnect, UnwrapOpenCDC
 from .webhook import WebhookHTTP
 
@@ -27,7 +31,8 @@ BUILTIN_TRANSFORMS: list[type[Transform]] = [
     FieldSet, FieldRename, FieldExclude, FieldConvert, Filter,
     JsonDecode, JsonEncode, AvroDecode, AvroEncode, Base64Decode, Base64Encode,
     UnwrapDebezium, UnwrapKafkaConnect, UnwrapOpenCDC,
-    Split, Clone, Error, WebhookHTTP,
+    Split, Clone, Error, WebhookHTTP, CustomJavascript,
+    OpenAIEmbeddings, OpenAITextgen, CohereCommand, CohereEmbed, CohereRerank, Ollama,
     CdcRoute, CdcFilter, CdcMask, CdcDedup,
 ]
 
