@@ -106,7 +106,7 @@ def test_bad_settings_every_rule_listed(tmp_path):
     assert got == [
         # a setting's problem is reported at the setting's own line (flow-style settings: line 8)
         "F:8: pipeline 'p': connector 'src': builtin:generator@v0.1.0: parameter 'colour': unrecognized parameter "
-        "(known: collections.*, format.options.*, format.type, operations, partitions, rate, readTime, "
+        "(known: burst.generateTime, burst.sleepTime, collections.*, format.options.*, format.type, operations, partitions, rate, readTime, "
         "recordCount, seed and Conduit's sdk.*) (rule: unknown)",
         "F:8: pipeline 'p': connector 'src': builtin:generator@v0.1.0: parameter 'recordCount': value 'lots' is "
         "not a valid int: invalid literal for int() with base 10: 'lots' (rule: type)",
