@@ -16,6 +16,7 @@ from itertools import islice as _islice
 from itertools import repeat as _repeat
 from operator import attrgetter
 from operator import ne as _ne
+from typing import NamedTuple
 
 from cdcflow.connectors.ticdc.tidb import TableSchema
 
@@ -217,7 +218,20 @@ def rows_to_dicts(table: TableSchema, columns: Sequence[Sequence]) -> list[dict]
 _RECORDS_PLANS: dict[tuple[int, int], tuple] = {}
 
 
-def records_plan(table: TableSchema, store) -> tuple:
+class RecordsPlan(NamedTuple):
+    """The compiled record builder's plan (``_csv.c`` ``records``, C struct ``records_plan``), by position."""
+
+    record: type  #: the Record class the builder makes
+    template: dict  #: the metadata every row record of the table carries (commit-ts slots empty)
+    names: tuple  #: the table's column names, in order
+    key_indexes: tuple  #: the handle-key columns' indexes among ``names`` (empty: no key)
+    created_key: str  #: the metadata key of the row's createdAt (set per commit ts)
+    ts_key: str  #: the metadata key of the row's commit ts
+    create: Operation  #: the operation of an insert
+    delete: Operation  #: the operation of a delete
+
+
+def records_plan(table: TableSchema, store) -> RecordsPlan:
     """The compiled record builder's plan (``_csv.c`` ``records``) for ``rows_to_records`` of
     ``table``: what ``rows_to_records`` puts in each record
     (Record type, metadata template, column names, the key's column indexes, the two metadata
@@ -229,8 +243,9 @@ def records_plan(table: TableSchema, store) -> tuple:
     template, key_names = _row_template(table, store)
     names = tuple(c.name for c in table.columns)
     index = {n: i for i, n in enumerate(names)}  # a repeated name: the last column, as in the dict display
-    plan = (Record, template, names, tuple(index[n] for n in key_names), META_CREATED_AT, META_COMMIT_TS,
-            Operation.CREATE, Operation.DELETE)
+    plan = RecordsPlan(record=Record, template=template, names=names,
+                       key_indexes=tuple(index[n] for n in key_names), created_key=META_CREATED_AT,
+                       ts_key=META_COMMIT_TS, create=Operation.CREATE, delete=Operation.DELETE)
     if len(_RECORDS_PLANS) > 1024:
         _RECORDS_PLANS.clear()
     _RECORDS_PLANS[cache_key] = (table, store, plan)

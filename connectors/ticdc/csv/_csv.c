@@ -1012,7 +1012,7 @@ done:
 static const char *const record_slot_names[] = {"position", "operation", "metadata", "key", "before", "after"};
 enum { SLOT_POSITION, SLOT_OPERATION, SLOT_METADATA, SLOT_KEY, SLOT_BEFORE, SLOT_AFTER, RECORD_SLOTS };
 
-/* The records plan (events.records_plan), unpacked once per call. */
+/* The records plan (events.records_plan, the NamedTuple events.RecordsPlan: fields in this order), unpacked once per call. */
 typedef struct {
     PyTypeObject *record;     /* cdcflow.record.Record */
     Py_ssize_t offsets[RECORD_SLOTS];
