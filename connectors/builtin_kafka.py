@@ -17,7 +17,8 @@ KAFKA = ConnectorPlugin(
     name="kafka",
     version=BUILTIN_VERSION,
     author=AUTHOR,
-    summary="Reads and writes TiCDC's Kafka protocols (avro, canal-json, open-protocol) and opencdc-json; Conduit's kafka connector without a protocol.",
+    summary=("Reads and writes TiCDC's Kafka protocols (avro, canal-json, open-protocol) and opencdc-json; "
+             "Conduit's kafka connector without a protocol."),
     description=(
         "Settings take a TiCDC sink URI (kafka://host:port/topic?protocol=avro&...) and the same options "
         "as discrete settings, which win. The source commits offsets only after downstream acknowledgement, "
