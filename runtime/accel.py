@@ -21,6 +21,7 @@ from types import ModuleType
 KERNELS: tuple[str, ...] = (
     "cdcflow.convert._jsonform",
     "cdcflow.connectors.ticdc.avro._decode",
+    "cdcflow.connectors.ticdc.avro._encode",
     "cdcflow.connectors.ticdc.canal_json._canal_json",
     "cdcflow.connectors.ticdc.csv._csv",
     "cdcflow.connectors.ticdc.open_protocol._open_protocol_decode",

@@ -2,6 +2,12 @@
 
 Per table the encoder registers the key and value schemas once and keeps one converter per
 column (``schema._encoder_for``); fastavro writes the body. A DELETE is key + tombstone (None).
+
+The body write (``_write``) has one compiled twin, ``_encode.c`` (``accel`` kernel
+``cdcflow.connectors.ticdc.avro._encode``): per schema a ``KernelPlan`` says which primitive each
+field is and which union branch is null. fastavro stays the reference: a datum the kernel does not
+decide (a value of another type, text that is not UTF-8, an int beyond 64 bits) is written here
+by fastavro, which writes the same bytes or raises the error naming the column.
 """
 
 from __future__ import annotations
@@ -9,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from fastavro import parse_schema, schemaless_writer
 from fastavro.validation import validate as _fastavro_validate
 
+from cdcflow import accel
 from cdcflow.errors import InfrastructureError, SchemaError
 from cdcflow.record import Record
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
@@ -41,6 +48,51 @@ from .schema import (
     schema_text,
     topic_subject,
 )
+
+_kernel = accel.load("cdcflow.connectors.ticdc.avro._encode")
+
+
+class KernelField(NamedTuple):
+    """How the compiled writer writes one Avro field (``_encode.c``)."""
+
+    name: str  #: the datum key (the Avro field name)
+    avro: int  #: the primitive written, ``_encode.AVRO_*`` (int and long write alike)
+    null_branch: int  #: -1: not a union; 0 / 1: the index of the union's "null" branch
+
+
+class KernelPlan(NamedTuple):
+    """One schema's fields in order, what ``_encode.Writer`` compiles."""
+
+    fields: tuple[KernelField, ...]
+
+
+_KERNEL_AVRO = ("int", "long", "float", "double", "string", "bytes")
+
+
+def _kernel_writer(schema: dict | None) -> Any:
+    """The compiled writer for a schema the converters fill (flat record of primitives or
+    [null, T] unions of one; a decimal is bytes once converted), or None: fastavro only."""
+    if _kernel is None or schema is None:
+        return None
+    k = _kernel
+    ids = {"int": k.AVRO_LONG, "long": k.AVRO_LONG, "float": k.AVRO_FLOAT, "double": k.AVRO_DOUBLE,
+           "string": k.AVRO_STRING, "bytes": k.AVRO_BYTES}
+    fields = []
+    for f in schema["fields"]:
+        t, null_branch = f["type"], -1
+        if isinstance(t, list):
+            if len(t) != 2 or "null" not in t:
+                return None
+            null_branch = t.index("null")
+            t = t[1 - null_branch]
+        if isinstance(t, dict):
+            if t.get("logicalType") not in (None, "decimal") or t.get("type") not in ids:
+                return None
+            t = t["type"]
+        if t not in ids:
+            return None
+        fields.append(KernelField(f["name"], ids[t], null_branch))
+    return k.Writer(KernelPlan(tuple(fields)))
 
 
 def _row_converter(columns: Iterable[Column], fnames: list[str], opts: AvroOptions, table: str,
@@ -77,6 +129,8 @@ class _EncodePlan:
     key_fields: dict
     value_head: bytes  # 0x00 + 4-byte schema id
     key_head: bytes
+    value_writer: Any = None  # the compiled writer (``_encode.Writer``), None: fastavro only
+    key_writer: Any = None
 
 
 class AvroEncoder:
@@ -131,6 +185,7 @@ class AvroEncoder:
             {f["name"]: f for f in vschema["fields"]}, {f["name"]: f for f in kschema["fields"]} if kschema else {},
             _HEADER.pack(MAGIC, value_id),
             _HEADER.pack(MAGIC, key_id) if key_id is not None else b"",
+            _kernel_writer(vschema), _kernel_writer(kschema),
         )
 
     def _register(self, subject: str, text: str) -> int:
@@ -175,7 +230,8 @@ class AvroEncoder:
             except KeyError as e:
                 raise UnrepresentableValue(CODEC, ev.table.collection, e.args[0], None,
                                            "handle-key column missing from the row")
-            key_bytes = _write(plan.key_schema, plan.key_head, key_datum, plan.key_fields, ev.table.collection)
+            key_bytes = _write(plan.key_schema, plan.key_head, key_datum, plan.key_fields, ev.table.collection,
+                               plan.key_writer)
         elif kind == DELETE:
             raise UnsupportedEvent(CODEC, ev.table.collection, "a DELETE needs a handle key: Avro sends only the key")
         if kind == DELETE:
@@ -193,7 +249,8 @@ class AvroEncoder:
             raise
         if len(row) != plan.width:
             _check_columns(plan, row, ev.table.collection)
-        return key_bytes, _write(plan.value_schema, plan.value_head, datum, plan.value_fields, ev.table.collection)
+        return key_bytes, _write(plan.value_schema, plan.value_head, datum, plan.value_fields, ev.table.collection,
+                                 plan.value_writer)
 
     def _encode_control(self, ev: Event) -> tuple[None, bytes] | None:
         opts = self.options
@@ -218,9 +275,13 @@ def _check_columns(plan: _EncodePlan, row: dict, coll: str) -> None:
                                    f"row does not match the table's columns (missing {missing}, extra {extra})")
 
 
-def _write(schema: Any, head: bytes, datum: dict, fields: dict, coll: str) -> bytes:
+def _write(schema: Any, head: bytes, datum: dict, fields: dict, coll: str, writer: Any = None) -> bytes:
     """``head`` + the Avro body fastavro writes for ``datum``; when fastavro refuses a value,
-    the error names the column."""
+    the error names the column. ``writer`` (the compiled twin) writes it first when it can."""
+    if writer is not None and _kernel is not None:
+        out = writer.write(head, datum)
+        if out is not None:
+            return out
     buf = io.BytesIO()
     buf.write(head)
     try:

@@ -1,0 +1,291 @@
+/* _encode.c: the compiled twin of encode._write (connectors/ticdc/avro/encode.py).
+ *
+ * The reference hands the converted datum (field name -> Avro value, made by the per-column
+ * converters of schema.py) to fastavro's schemaless_writer. This kernel writes the same body for
+ * the flat records TiCDC registers: per field an optional [null, T] / [T, null] union index and a
+ * primitive (int/long, float, double, string, bytes; a decimal is bytes once converted).
+ *
+ * The plan is encode.KernelPlan (a NamedTuple of KernelField), compiled once per schema into a
+ * Writer. Writer.write(head, datum) returns head + body as bytes, or None when the kernel does not
+ * decide: a field missing from the datum, a value whose Python type is not exactly the one the
+ * field takes (int for int/long, float for float/double, str, bytes, None for a union's null), an
+ * int beyond 64 bits, or text that is not valid UTF-8 (lone surrogates). The caller then runs the
+ * reference on the same datum, which writes the same bytes or raises the typed error naming the
+ * column. Only MemoryError-class failures propagate from here.
+ *
+ * Public C API only (no _Py* calls); builds on CPython 3.10-3.13.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* the primitive written for a field (int and long are both zig-zag varints) */
+enum { AVRO_LONG = 0, AVRO_FLOAT, AVRO_DOUBLE, AVRO_STRING, AVRO_BYTES, AVRO_COUNT };
+
+#define ST_OK 0
+#define ST_PASS 1    /* not decided here: the datum goes to the reference */
+#define ST_ERR (-1)  /* a Python exception is set (MemoryError) */
+
+typedef struct {
+    PyObject *name;   /* the datum key (borrowed from the plan) */
+    int avro;
+    int null_branch;  /* -1: not a union; 0 / 1: the union index that is null */
+} Field;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan;   /* the KernelPlan: keeps every borrowed name alive */
+    Py_ssize_t count;
+    Field *fields;
+} Writer;
+
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap * 2;
+    if (cap < b->len + extra)
+        cap = b->len + extra;
+    unsigned char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* zig-zag varint of a 64-bit value; the caller reserved 10 bytes */
+static inline void put_long(Buf *b, int64_t n)
+{
+    uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    while (z > 0x7F) {
+        b->p[b->len++] = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    b->p[b->len++] = (unsigned char)z;
+}
+
+static int put_blob(Buf *b, const char *data, Py_ssize_t size)
+{
+    if (buf_reserve(b, 10 + size) < 0)
+        return ST_ERR;
+    put_long(b, (int64_t)size);
+    memcpy(b->p + b->len, data, (size_t)size);
+    b->len += size;
+    return ST_OK;
+}
+
+/* little-endian bytes of a float / double, as Avro (and fastavro's struct '<f' / '<d') */
+static inline void put_le(Buf *b, const void *src, int size)
+{
+    const unsigned char *s = src;
+    uint16_t probe = 1;
+    if (*(unsigned char *)&probe) {
+        memcpy(b->p + b->len, s, (size_t)size);
+    } else {
+        for (int i = 0; i < size; i++)
+            b->p[b->len + i] = s[size - 1 - i];
+    }
+    b->len += size;
+}
+
+static int write_value(Buf *b, const Field *f, PyObject *v)
+{
+    switch (f->avro) {
+    case AVRO_LONG: {
+        if (!PyLong_CheckExact(v))
+            return ST_PASS;
+        int overflow = 0;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return ST_PASS;
+        if (n == -1 && PyErr_Occurred())
+            return ST_ERR;
+        if (buf_reserve(b, 10) < 0)
+            return ST_ERR;
+        put_long(b, (int64_t)n);
+        return ST_OK;
+    }
+    case AVRO_FLOAT: {
+        if (!PyFloat_CheckExact(v))
+            return ST_PASS;
+        float x = (float)PyFloat_AS_DOUBLE(v);
+        if (buf_reserve(b, 4) < 0)
+            return ST_ERR;
+        put_le(b, &x, 4);
+        return ST_OK;
+    }
+    case AVRO_DOUBLE: {
+        if (!PyFloat_CheckExact(v))
+            return ST_PASS;
+        double x = PyFloat_AS_DOUBLE(v);
+        if (buf_reserve(b, 8) < 0)
+            return ST_ERR;
+        put_le(b, &x, 8);
+        return ST_OK;
+    }
+    case AVRO_STRING: {
+        if (!PyUnicode_CheckExact(v))
+            return ST_PASS;
+        Py_ssize_t size;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &size);
+        if (s == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_MemoryError))
+                return ST_ERR;
+            PyErr_Clear();  /* not encodable (lone surrogates): the reference names the column */
+            return ST_PASS;
+        }
+        return put_blob(b, s, size);
+    }
+    case AVRO_BYTES:
+        if (!PyBytes_CheckExact(v))
+            return ST_PASS;
+        return put_blob(b, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v));
+    }
+    return ST_PASS;
+}
+
+static PyObject *Writer_write(Writer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "write(head: bytes, datum: dict)");
+        return NULL;
+    }
+    PyObject *head = args[0], *datum = args[1];
+    Buf b = {NULL, 0, 0};
+    Py_ssize_t hlen = PyBytes_GET_SIZE(head);
+    if (buf_reserve(&b, hlen + 16 * self->count + 16) < 0)
+        return NULL;
+    memcpy(b.p, PyBytes_AS_STRING(head), (size_t)hlen);
+    b.len = hlen;
+    int st = ST_OK;
+    for (Py_ssize_t i = 0; i < self->count && st == ST_OK; i++) {
+        const Field *f = &self->fields[i];
+        PyObject *v = PyDict_GetItemWithError(datum, f->name);  /* borrowed */
+        if (v == NULL) {
+            st = PyErr_Occurred() ? ST_ERR : ST_PASS;
+            break;
+        }
+        if (f->null_branch >= 0) {
+            if (buf_reserve(&b, 1) < 0) {
+                st = ST_ERR;
+                break;
+            }
+            if (v == Py_None) {
+                b.p[b.len++] = (unsigned char)(f->null_branch << 1);  /* zig-zag of 0 / 1 */
+                continue;
+            }
+            b.p[b.len++] = (unsigned char)((1 - f->null_branch) << 1);
+        } else if (v == Py_None) {
+            st = ST_PASS;
+            break;
+        }
+        st = write_value(&b, f, v);
+    }
+    PyObject *out = NULL;
+    if (st == ST_OK)
+        out = PyBytes_FromStringAndSize((const char *)b.p, b.len);
+    else if (st == ST_PASS)
+        out = Py_NewRef(Py_None);
+    PyMem_Free(b.p);
+    return out;
+}
+
+static int Writer_init(Writer *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *plan;
+    if (!PyArg_ParseTuple(args, "O!:Writer", &PyTuple_Type, &plan))
+        return -1;
+    if (PyTuple_GET_SIZE(plan) != 1 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 0))) {
+        PyErr_SetString(PyExc_TypeError, "Writer(plan): plan is encode.KernelPlan(fields)");
+        return -1;
+    }
+    PyObject *fields = PyTuple_GET_ITEM(plan, 0);
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    Field *out = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Field));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *kf = PyTuple_GET_ITEM(fields, i);
+        if (!PyTuple_Check(kf) || PyTuple_GET_SIZE(kf) != 3 || !PyUnicode_Check(PyTuple_GET_ITEM(kf, 0))) {
+            PyMem_Free(out);
+            PyErr_SetString(PyExc_TypeError, "a KernelField is (name: str, avro: int, null_branch: int)");
+            return -1;
+        }
+        out[i].name = PyTuple_GET_ITEM(kf, 0);
+        out[i].avro = (int)PyLong_AsLong(PyTuple_GET_ITEM(kf, 1));
+        out[i].null_branch = (int)PyLong_AsLong(PyTuple_GET_ITEM(kf, 2));
+        if (PyErr_Occurred() || out[i].avro < 0 || out[i].avro >= AVRO_COUNT || out[i].null_branch < -1
+            || out[i].null_branch > 1) {
+            PyMem_Free(out);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "KernelField: avro or null_branch out of range");
+            return -1;
+        }
+    }
+    PyMem_Free(self->fields);
+    PyObject *old = self->plan;
+    self->plan = Py_NewRef(plan);
+    Py_XDECREF(old);
+    self->fields = out;
+    self->count = n;
+    return 0;
+}
+
+static void Writer_dealloc(Writer *self)
+{
+    PyMem_Free(self->fields);
+    Py_XDECREF(self->plan);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Writer_methods[] = {
+    {"write", (PyCFunction)(void (*)(void))Writer_write, METH_FASTCALL,
+     "write(head, datum) -> head + Avro body, or None when the reference must write it"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cdcflow.connectors.ticdc.avro._encode.Writer",
+    .tp_basicsize = sizeof(Writer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Writer(plan): writes Avro bodies of one schema (see encode.KernelPlan)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Writer_init,
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_methods = Writer_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_encode", "Compiled twin of the TiCDC Avro body writer (encode._write).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__encode(void)
+{
+    if (PyType_Ready(&WriterType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Writer", (PyObject *)&WriterType) < 0
+        || PyModule_AddIntConstant(m, "AVRO_LONG", AVRO_LONG) < 0
+        || PyModule_AddIntConstant(m, "AVRO_FLOAT", AVRO_FLOAT) < 0
+        || PyModule_AddIntConstant(m, "AVRO_DOUBLE", AVRO_DOUBLE) < 0
+        || PyModule_AddIntConstant(m, "AVRO_STRING", AVRO_STRING) < 0
+        || PyModule_AddIntConstant(m, "AVRO_BYTES", AVRO_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
