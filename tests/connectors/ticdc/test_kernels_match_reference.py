@@ -423,7 +423,6 @@ def test_avro_encode_kernel_matches_reference_on_crafted_values():
         enc = AvroEncoder(opts, store_registry())
         enc.encode([RowChange(ALL_TYPES, INSERT, COMMIT_TS, ALL_VALUES)], "t")
         (_, plan), = enc._plans.values()
-        datum = plan.convert(ALL_VALUES, "c", COMMIT_TS, COMMIT_TS >> 18) if opts.enable_tidb_extension \
-            else plan.convert(ALL_VALUES)
-        assert plan.value_writer.write(plan.value_head, datum) is not None
-        assert plan.key_writer.write(plan.key_head, plan.convert_key(ALL_VALUES)) is not None
+        ext = ("c", COMMIT_TS, COMMIT_TS >> 18) if opts.enable_tidb_extension else None
+        assert plan.value_writer.write(plan.value_head, ALL_VALUES, ext) is not None
+        assert plan.key_writer.write(plan.key_head, ALL_VALUES, None) is not None
