@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "tidbtext.h" /* tt_buf: the growable byte buffer */
+
 /* the primitive written for a field (int and long are both zig-zag varints) */
 enum { AVRO_LONG = 0, AVRO_FLOAT, AVRO_DOUBLE, AVRO_STRING, AVRO_BYTES, AVRO_COUNT };
 
@@ -61,64 +63,42 @@ typedef struct {
     Field *fields;
 } Writer;
 
-typedef struct {
-    unsigned char *p;
-    Py_ssize_t len, cap;
-} Buf;
-
-static int buf_reserve(Buf *b, Py_ssize_t extra)
-{
-    if (b->len + extra <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap * 2;
-    if (cap < b->len + extra)
-        cap = b->len + extra;
-    unsigned char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
 /* zig-zag varint of a 64-bit value; the caller reserved 10 bytes */
-static inline void put_long(Buf *b, int64_t n)
+static inline void put_long(tt_buf *b, int64_t n)
 {
     uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
     while (z > 0x7F) {
-        b->p[b->len++] = (unsigned char)((z & 0x7F) | 0x80);
+        b->data[b->len++] = (char)((z & 0x7F) | 0x80);
         z >>= 7;
     }
-    b->p[b->len++] = (unsigned char)z;
+    b->data[b->len++] = (char)z;
 }
 
-static int put_blob(Buf *b, const char *data, Py_ssize_t size)
+static int put_blob(tt_buf *b, const char *data, Py_ssize_t size)
 {
-    if (buf_reserve(b, 10 + size) < 0)
+    if (tt_buf_reserve(b, 10 + size) < 0)
         return ST_ERR;
     put_long(b, (int64_t)size);
-    memcpy(b->p + b->len, data, (size_t)size);
+    memcpy(b->data + b->len, data, (size_t)size);
     b->len += size;
     return ST_OK;
 }
 
 /* little-endian bytes of a float / double, as Avro (and fastavro's struct '<f' / '<d') */
-static inline void put_le(Buf *b, const void *src, int size)
+static inline void put_le(tt_buf *b, const void *src, int size)
 {
     const unsigned char *s = src;
     uint16_t probe = 1;
     if (*(unsigned char *)&probe) {
-        memcpy(b->p + b->len, s, (size_t)size);
+        memcpy(b->data + b->len, s, (size_t)size);
     } else {
         for (int i = 0; i < size; i++)
-            b->p[b->len + i] = s[size - 1 - i];
+            b->data[b->len + i] = (char)s[size - 1 - i];
     }
     b->len += size;
 }
 
-static int write_value(Buf *b, const Field *f, PyObject *v)
+static int write_value(tt_buf *b, const Field *f, PyObject *v)
 {
     switch (f->avro) {
     case AVRO_LONG: {
@@ -130,7 +110,7 @@ static int write_value(Buf *b, const Field *f, PyObject *v)
             return ST_PASS;
         if (n == -1 && PyErr_Occurred())
             return ST_ERR;
-        if (buf_reserve(b, 10) < 0)
+        if (tt_buf_reserve(b, 10) < 0)
             return ST_ERR;
         put_long(b, (int64_t)n);
         return ST_OK;
@@ -139,7 +119,7 @@ static int write_value(Buf *b, const Field *f, PyObject *v)
         if (!PyFloat_CheckExact(v))
             return ST_PASS;
         float x = (float)PyFloat_AS_DOUBLE(v);
-        if (buf_reserve(b, 4) < 0)
+        if (tt_buf_reserve(b, 4) < 0)
             return ST_ERR;
         put_le(b, &x, 4);
         return ST_OK;
@@ -148,7 +128,7 @@ static int write_value(Buf *b, const Field *f, PyObject *v)
         if (!PyFloat_CheckExact(v))
             return ST_PASS;
         double x = PyFloat_AS_DOUBLE(v);
-        if (buf_reserve(b, 8) < 0)
+        if (tt_buf_reserve(b, 8) < 0)
             return ST_ERR;
         put_le(b, &x, 8);
         return ST_OK;
@@ -240,16 +220,16 @@ static PyObject *call_conv(const Field *f, PyObject *v, int *st)
     return out;
 }
 
-static int write_field(Buf *b, const Field *f, PyObject *v)
+static int write_field(tt_buf *b, const Field *f, PyObject *v)
 {
     if (f->null_branch >= 0) {
-        if (buf_reserve(b, 1) < 0)
+        if (tt_buf_reserve(b, 1) < 0)
             return ST_ERR;
         if (v == Py_None) {
-            b->p[b->len++] = (unsigned char)(f->null_branch << 1);  /* zig-zag of 0 / 1 */
+            b->data[b->len++] = (char)(f->null_branch << 1);  /* zig-zag of 0 / 1 */
             return ST_OK;
         }
-        b->p[b->len++] = (unsigned char)((1 - f->null_branch) << 1);
+        b->data[b->len++] = (char)((1 - f->null_branch) << 1);
     } else if (v == Py_None) {
         return ST_PASS;
     }
@@ -257,7 +237,7 @@ static int write_field(Buf *b, const Field *f, PyObject *v)
 }
 
 /* one field of a row: look it up, convert, write */
-static int row_field(Buf *b, const Field *f, PyObject *row, PyObject *ext)
+static int row_field(tt_buf *b, const Field *f, PyObject *row, PyObject *ext)
 {
     PyObject *v;
     if (f->conv == CONV_EXT) {
@@ -294,21 +274,19 @@ static PyObject *Writer_write(Writer *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *head = args[0], *row = args[1], *ext = args[2];
-    Buf b = {NULL, 0, 0};
-    Py_ssize_t hlen = PyBytes_GET_SIZE(head);
-    if (buf_reserve(&b, hlen + 16 * self->count + 16) < 0)
+    tt_buf b;
+    if (tt_buf_init(&b, PyBytes_GET_SIZE(head) + 16 * self->count + 16) < 0)
         return NULL;
-    memcpy(b.p, PyBytes_AS_STRING(head), (size_t)hlen);
-    b.len = hlen;
+    tt_buf_put(&b, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));  /* fits: reserved above */
     int st = ST_OK;
     for (Py_ssize_t i = 0; i < self->count && st == ST_OK; i++)
         st = row_field(&b, &self->fields[i], row, ext);
     PyObject *out = NULL;
     if (st == ST_OK)
-        out = PyBytes_FromStringAndSize((const char *)b.p, b.len);
+        out = tt_buf_bytes(&b);
     else if (st == ST_PASS)
         out = Py_NewRef(Py_None);
-    PyMem_Free(b.p);
+    tt_buf_free(&b);
     return out;
 }
 
