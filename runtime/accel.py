@@ -22,6 +22,7 @@ KERNELS: tuple[str, ...] = (
     "cdcflow.convert._jsonform",
     "cdcflow.convert._wire",
     "cdcflow.connectors.ticdc.avro._decode",
+    "cdcflow.connectors.ticdc.avro._encode",
     "cdcflow.connectors.ticdc.canal_json._canal_json",
     "cdcflow.connectors.ticdc.csv._csv",
     "cdcflow.connectors.ticdc.open_protocol._open_protocol_decode",

@@ -2,6 +2,13 @@
 
 Per table the encoder registers the key and value schemas once and keeps one converter per
 column (``schema._encoder_for``); fastavro writes the body. A DELETE is key + tombstone (None).
+
+A row's encoding (``_encode_row``: converters, then the body) has one compiled twin, ``_encode.c``
+(``accel`` kernel ``cdcflow.connectors.ticdc.avro._encode``): per schema a ``KernelPlan`` says,
+per field, which row key it reads, which converter (a C twin or the Python one), which union
+branch is null and which primitive is written. The converters and fastavro stay the reference: a
+row the kernel does not decide (a value a converter rejects, text that is not UTF-8, a missing
+column) is encoded here, which gives the same bytes or raises the error naming the column.
 """
 
 from __future__ import annotations
@@ -9,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from fastavro import parse_schema, schemaless_writer
 from fastavro.validation import validate as _fastavro_validate
 
+from cdcflow import accel
 from cdcflow.errors import InfrastructureError, SchemaError
 from cdcflow.record import Record
 from cdcflow.connectors.ticdc.tidb import Column, TableSchema
@@ -24,6 +32,7 @@ from .schema import (
     _2_63,
     _2_64,
     _HEADER,
+    _INT_RANGES,
     _U64,
     CHECKPOINT_BYTE,
     CODEC,
@@ -41,6 +50,78 @@ from .schema import (
     schema_text,
     topic_subject,
 )
+
+_kernel = accel.load("cdcflow.connectors.ticdc.avro._encode")
+
+
+class KernelField(NamedTuple):
+    """How the compiled writer converts and writes one Avro field (``_encode.c``)."""
+
+    key: str  #: the row key (the column name; unused for the extension fields)
+    avro: int  #: the primitive written, ``_encode.AVRO_*`` (int and long write alike)
+    null_branch: int  #: -1: not a union; 0 / 1: the index of the union's "null" branch
+    conv: int  #: ``_encode.CONV_*``: none, a C twin of ``call``'s check, CONV_CALL, or CONV_EXT
+    call: Any  #: the column's Python converter (``schema._encoder_for``), or None
+    lo: int  #: CONV_INT_RANGE: the lowest value; CONV_EXT: the index in the ``ext`` tuple
+    hi: int  #: CONV_INT_RANGE: the highest value
+
+
+class KernelPlan(NamedTuple):
+    """One schema's fields in order, what ``_encode.Writer`` compiles."""
+
+    fields: tuple[KernelField, ...]
+
+
+def _kernel_writer(schema: dict | None, columns: Iterable[Column], opts: AvroOptions, table: str) -> Any:
+    """The compiled writer of a schema's rows (a flat record of primitives or [null, T] unions of
+    one; a decimal is bytes once converted), or None: the reference only."""
+    if _kernel is None or schema is None:
+        return None
+    k = _kernel
+    ids = {"int": k.AVRO_LONG, "long": k.AVRO_LONG, "float": k.AVRO_FLOAT, "double": k.AVRO_DOUBLE,
+           "string": k.AVRO_STRING, "bytes": k.AVRO_BYTES}
+    columns = list(columns)
+    fields = []
+    for i, f in enumerate(schema["fields"]):
+        t, null_branch = f["type"], -1
+        if isinstance(t, list):
+            if len(t) != 2 or "null" not in t:
+                return None
+            null_branch = t.index("null")
+            t = t[1 - null_branch]
+        if isinstance(t, dict):
+            if t.get("logicalType") not in (None, "decimal"):
+                return None
+            t = t.get("type")
+        if t not in ids:
+            return None
+        if i >= len(columns):  # the TiDB extension fields, in order
+            fields.append(KernelField("", ids[t], null_branch, k.CONV_EXT, None, i - len(columns), 0))
+            continue
+        col = columns[i]
+        call = _encoder_for(col, opts, table)
+        conv, lo, hi = _kernel_conv(col, opts, call)
+        fields.append(KernelField(col.name, ids[t], null_branch, conv, call, lo, hi))
+    return k.Writer(KernelPlan(tuple(fields)))
+
+
+def _kernel_conv(col: Column, opts: AvroOptions, call: Any) -> tuple[int, int, int]:
+    """(conv, lo, hi) of ``_encode.c`` for a column whose reference converter is ``call``: the
+    checks of ``schema._encoder_for`` that have a C twin; any other converter is called."""
+    k, t = _kernel, col.type
+    if call is None:
+        return k.CONV_NONE, 0, 0
+    if t == "BIGINT" and col.unsigned:
+        return (k.CONV_CALL if opts.bigint_unsigned_handling_mode == "string" else k.CONV_U64_WRAP), 0, 0
+    if t in _INT_RANGES:
+        return (k.CONV_INT_RANGE, *_INT_RANGES[t][1 if col.unsigned else 0])
+    if t == "YEAR":
+        return k.CONV_INT_RANGE, 0, 2155
+    if t == "FLOAT":
+        return k.CONV_FLOAT32, 0, 0
+    if t == "DOUBLE":
+        return k.CONV_DOUBLE, 0, 0
+    return k.CONV_CALL, 0, 0
 
 
 def _row_converter(columns: Iterable[Column], fnames: list[str], opts: AvroOptions, table: str,
@@ -77,6 +158,8 @@ class _EncodePlan:
     key_fields: dict
     value_head: bytes  # 0x00 + 4-byte schema id
     key_head: bytes
+    value_writer: Any = None  # the compiled row writers (``_encode.Writer``), None: the reference only
+    key_writer: Any = None
 
 
 class AvroEncoder:
@@ -131,6 +214,8 @@ class AvroEncoder:
             {f["name"]: f for f in vschema["fields"]}, {f["name"]: f for f in kschema["fields"]} if kschema else {},
             _HEADER.pack(MAGIC, value_id),
             _HEADER.pack(MAGIC, key_id) if key_id is not None else b"",
+            *((_kernel_writer(vschema, table.columns, opts, table.collection),
+               _kernel_writer(kschema, table.handle_key, opts, table.collection)) if kschema else (None, None)),
         )
 
     def _register(self, subject: str, text: str) -> int:
@@ -164,6 +249,10 @@ class AvroEncoder:
         return self.encode([from_record(r, store) for r in records], topic)
 
     def _encode_row(self, ev: RowChange, plan: _EncodePlan) -> tuple[bytes | None, bytes | None]:
+        if plan.value_writer is not None and _kernel is not None:
+            out = self._kernel_row(ev, plan)
+            if out is not None:
+                return out
         row = ev.row
         if row is None:
             raise UnsupportedEvent(CODEC, ev.table.collection, "row change without a row")
@@ -194,6 +283,23 @@ class AvroEncoder:
         if len(row) != plan.width:
             _check_columns(plan, row, ev.table.collection)
         return key_bytes, _write(plan.value_schema, plan.value_head, datum, plan.value_fields, ev.table.collection)
+
+    def _kernel_row(self, ev: RowChange, plan: _EncodePlan) -> tuple[bytes, bytes | None] | None:
+        """The compiled twin of ``_encode_row`` for the rows it takes; None: the reference decides."""
+        row, ts = ev.row, ev.commit_ts
+        if type(row) is not dict:
+            return None
+        key = plan.key_writer.write(plan.key_head, row, None)
+        if key is None:
+            return None
+        if ev.kind == DELETE:
+            return key, None
+        if len(row) != plan.width or type(ts) is not int:
+            return None
+        ext = (("c" if ev.kind == INSERT else "u", ts - _2_64 if ts >= _2_63 else ts, ts >> 18)
+               if self.options.enable_tidb_extension else None)
+        value = plan.value_writer.write(plan.value_head, row, ext)
+        return None if value is None else (key, value)
 
     def _encode_control(self, ev: Event) -> tuple[None, bytes] | None:
         opts = self.options
