@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cdcflow.engine.middleware import connector_settings
 from cdcflow.engine.spark.heap import keep_freed_memory
 from cdcflow.record import Operation, Record
 from cdcflow.registry import load_registry
@@ -73,7 +74,9 @@ def measure(info, launcher, tmp: str, label: str, mode: str, records: list[Recor
     else:
         env = {"CDCFLOW_PLUGIN_NETWORK": args.network} if args.network else {}
         dest = StandaloneDestination(launcher, options=HostOptions(extra_env=env))
-    dest.configure(info.validate("destination", {"path": str(path)}))
+    # the built-in's settings as the plugin itself takes them (the engine applies the sdk.* middleware
+    # around an in-process plugin; the served plugin does not list those settings)
+    dest.configure(connector_settings(info.validate("destination", {"path": str(path)}), info))
     dest.open()
     run(dest, records[: args.batch], args.batch)  # warm-up: schemas, connections
     elapsed, host_cpu, plug_cpu = run(dest, records, args.batch)
