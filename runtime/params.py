@@ -228,6 +228,18 @@ def secret_values(spec: Mapping[str, Parameter], settings: Mapping[str, Any]) ->
     return vals
 
 
+#: a secret at least this long is masked wherever it appears; a shorter one only where it is not
+#: part of a longer word (a one-letter password must not mask that letter in every log line)
+SUBSTRING_SECRET_LENGTH = 8
+
+
+def _secret_pattern(value: str) -> str:
+    text = re.escape(value)
+    if len(value) >= SUBSTRING_SECRET_LENGTH:
+        return text
+    return rf"(?<![0-9A-Za-z]){text}(?![0-9A-Za-z])"
+
+
 class SecretRedactor(logging.Filter):
     """Replaces every registered secret value, and the secret parts of every URI, in log
     messages (and the text of a logged exception) with ``***``.
@@ -247,7 +259,7 @@ class SecretRedactor(logging.Filter):
             self._secrets.update(v for v in values if v)
             if self._secrets:
                 alts = sorted(self._secrets, key=len, reverse=True)
-                self._pattern = re.compile("|".join(re.escape(v) for v in alts))
+                self._pattern = re.compile("|".join(_secret_pattern(v) for v in alts))
 
     def redact(self, text: str) -> str:
         pat = self._pattern

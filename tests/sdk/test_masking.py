@@ -106,3 +106,12 @@ def test_unconfigured_process_logs_are_masked_too():
             "logging.getLogger('w').warning('open s3://b/p?secret-access-key=W0rkerS3cret')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "secret-access-key=***" in r.stderr and "W0rkerS3cret" not in r.stderr
+
+
+def test_short_secrets_are_masked_as_whole_words_long_ones_anywhere():
+    redactor = SecretRedactor()
+    redactor.add("k", "pw1", "LongSecretValue")
+    # a short secret stands alone (in a URI, after '=' or ':') → masked; inside a word it is left alone
+    assert redactor.redact("user:pw1@host key=k; working on kafka") == "user:***@host key=***; working on kafka"
+    # a long one is masked even glued to other text
+    assert redactor.redact("tokenLongSecretValue123") == "token***123"
