@@ -17,6 +17,7 @@ EXTRA_OF = {
     "aiohttp": "dev",
     "avro": "dev",
     "py_mini_racer": "javascript",
+    "zstandard": "cohere",
 }
 
 
