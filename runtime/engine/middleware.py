@@ -13,8 +13,10 @@ What each does in cdcflow (docs/conduit.md has the table):
 - ``sdk.rate.perSecond`` / ``sdk.rate.burst`` (destination): a token bucket in front of ``write``,
   as Conduit's: writes go in chunks of at most ``burst`` records (default: the rate, rounded up),
   each waiting for its tokens.
-- ``sdk.record.format`` (destination): ``opencdc/json``, the JSON form cdcflow's destinations write;
-  another format is refused when the pipeline is validated, not ignored.
+- ``sdk.record.format`` / ``sdk.record.format.options`` (destination): how a destination that
+  writes whole records (``file``) turns each into bytes: ``opencdc/json`` (the default),
+  ``debezium/json``, ``template`` (``cdcflow.convert.recordformat``). A destination that writes
+  its own format refuses any but the default when the pipeline is validated, not ignored.
 - ``sdk.schema.*``: accepted with Conduit's defaults; cdcflow keeps the schema metadata a record
   comes with and does not extract schemas itself (see docs/conduit.md).
 """
@@ -26,10 +28,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ..convert.recordformat import FORMATS, OPENCDC_JSON, RecordFormat, record_format
+from ..errors import ConfigError
 from ..params import Parameter, ParamType
 
 PREFIX = "sdk."
-RECORD_FORMATS = ("opencdc/json",)
+RECORD_FORMATS = FORMATS
 
 _BATCH = {
     "sdk.batch.size": Parameter(ParamType.INT, default="0", greater_than=-1,
@@ -64,10 +68,13 @@ DESTINATION_PARAMS: Mapping[str, Parameter] = {
                                     description="Records written per second at most (0: no limit)."),
     "sdk.rate.burst": Parameter(ParamType.INT, default="0", greater_than=-1,
                                 description="Records per burst at most (0: the rate, rounded up)."),
-    "sdk.record.format": Parameter(ParamType.STRING, default="opencdc/json", inclusion=RECORD_FORMATS,
-                                   description="How records are written: opencdc/json (cdcflow's only format so far)."),
+    "sdk.record.format": Parameter(ParamType.STRING, default=OPENCDC_JSON, inclusion=RECORD_FORMATS,
+                                   description="How a destination writing whole records turns each into bytes: "
+                                               "opencdc/json, debezium/json or template."),
     "sdk.record.format.options": Parameter(ParamType.STRING, default="",
-                                           description="Options of the record format (none for opencdc/json)."),
+                                           description="Options of the record format: k=v pairs separated by "
+                                                       "commas (debezium/json: debezium.schema.name, "
+                                                       "debezium.rawData.key); for template, the template."),
 }
 
 
@@ -116,10 +123,39 @@ class RateLimiter:
             self._sleep(-self._tokens / self.rate)
 
 
+def configured_format(settings: Mapping[str, Any]) -> RecordFormat | None:
+    """The record format the settings choose; None for the default (the JSON form), which every
+    destination writes without being told. ConfigError for a template that does not compile."""
+    name = settings.get("sdk.record.format") or OPENCDC_JSON
+    if name == OPENCDC_JSON:
+        return None
+    return record_format(name, str(settings.get("sdk.record.format.options") or ""))
+
+
+def attach_format(plugin: Any, fmt: RecordFormat | None, plugin_id: str = "") -> None:
+    """Hand the format to a destination that writes whole records (it has a ``record_format``
+    attribute, as Conduit's destinations calling ``Record.Bytes``); refuse it for one that writes
+    its own format, rather than ignore the setting."""
+    if fmt is None:
+        return
+    if not hasattr(plugin, "record_format"):
+        raise ConfigError(plugin_id or type(plugin).__name__, "sdk.record.format", "unsupported",
+                          f"{fmt.name!r}: this destination writes its own format, not whole records "
+                          f"(only the default {OPENCDC_JSON} is accepted)")
+    plugin.record_format = fmt
+
+
+def check(side: str, settings: Mapping[str, Any], plugin: Any, plugin_id: str = "") -> None:
+    """What ``cdcflow validate`` checks of the middleware beyond the spec (a configured plugin)."""
+    if side == "destination":
+        attach_format(plugin, configured_format(settings), plugin_id)
+
+
 @dataclass
 class DestinationMiddleware:
     batch_size: int = 0
     limiter: RateLimiter | None = None
+    record_format: RecordFormat | None = None
 
     @classmethod
     def of(cls, settings: Mapping[str, Any], info: Any) -> "DestinationMiddleware":
@@ -130,7 +166,11 @@ class DestinationMiddleware:
         if rate > 0:
             burst = int(settings.get("sdk.rate.burst") or 0) or math.ceil(rate)
             limiter = RateLimiter(rate, burst)
-        return cls(int(settings.get("sdk.batch.size") or 0), limiter)
+        return cls(int(settings.get("sdk.batch.size") or 0), limiter, configured_format(settings))
+
+    def attach(self, plugin: Any, plugin_id: str = "") -> None:
+        """Give the opened plugin what it applies itself (the record format)."""
+        attach_format(plugin, self.record_format, plugin_id)
 
     @property
     def active(self) -> bool:

@@ -127,6 +127,9 @@ class _PipelineChecker:
             return  # reported by the spec checks above
         try:
             instance.configure(config)
+            from ..engine import middleware  # the sdk.* settings the engine applies around the plugin
+
+            middleware.check(side, config, instance, plugin_id)
         except ConfigError as e:
             self.add(_setting_origin(e.parameter, settings, setting_origins, origin), f"{what}: {_without_plugin(e)}")
         except CdcflowError as e:
