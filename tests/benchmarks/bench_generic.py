@@ -43,6 +43,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: "{src}"
+          format: opencdc/json
 {partitions}      - id: out
         type: destination
         plugin: builtin:file

@@ -89,5 +89,35 @@ def test_a_record_format_cdcflow_cannot_write_is_refused_not_ignored():
 
     info = load_registry().connector("file")
     with pytest.raises(ConfigError) as err:
-        info.validate("destination", {"path": "/tmp/x", "sdk.record.format": "debezium/json"})
-    assert err.value.parameter == "sdk.record.format" and "opencdc/json" in str(err.value)
+        info.validate("destination", {"path": "/tmp/x", "sdk.record.format": "avro/json"})
+    assert err.value.parameter == "sdk.record.format" and "debezium/json" in str(err.value)
+
+
+def test_a_record_format_for_a_destination_writing_its_own_format_is_refused_by_validate(tmp_path):
+    """Old code: every format but opencdc/json was refused by the spec, for every destination."""
+    from cdcflow.pipeline.validate import validate_files
+
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""\
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {{recordCount: "1", format.type: tidb}}}}
+      - id: lake
+        type: destination
+        plugin: builtin:storage
+        settings: {{uri: "{tmp_path}/lake", sdk.record.format: debezium/json}}
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {tmp_path}/out.txt
+          sdk.record.format: template
+          sdk.record.format.options: "{{{{ Payload.After.id }}}}"
+""")
+    problems = [p.message for p in validate_files([str(path)]).problems]
+    assert len(problems) == 1 and "connector 'lake'" in problems[0] and "writes its own format" in problems[0]
+    path.write_text(path.read_text().replace("Payload.After.id }}", "Payload.After.id"))
+    problems = [p.message for p in validate_files([str(path)]).problems]
+    assert any("connector 'out'" in p and "template" in p for p in problems), problems
