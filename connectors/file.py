@@ -5,6 +5,8 @@ Conduit's file connector makes them (github.com/ConduitIO/conduit-connector-file
 operation ``create``, key the line's number (ASCII decimal, counted from 1 where the reader
 started: Conduit's restarts at 1 after a restart too), ``payload.after`` the line's bytes without
 its ``\n``, metadata ``file.path`` (the configured path), position the byte offset after the line.
+Text after the last newline is a line too, as soon as it is read (Conduit's tail sends it at the
+end of the file): what is appended to it later comes as the next line.
 ``format: opencdc/json`` reads the records of a file in Conduit's JSON form instead (what the
 destination writes with the default ``sdk.record.format``: a ``file`` → ``file`` copy).
 
@@ -22,9 +24,9 @@ the JSON-form kernel writes their lines without building records.
 A line holds plain JSON values only (``cdcflow.convert.jsonform``): a file written by one run
 reads in any other run, on any machine, or in Conduit, with no shared state.
 
-Both source formats follow the file as it grows. A position is the byte offset just after
-a record's line (ASCII decimal), so a restart resumes at the next line. A last
-line without its newline is not consumed until the newline arrives.
+Both source formats follow the file as it grows. In the JSON form, a last line without its
+newline is not consumed until the newline arrives. A position is the byte offset just after
+a record's line (ASCII decimal), so a restart resumes at the next line.
 Several readers (``partitions``, each a Spark task) share one file, so a large file
 uses every core: the file is cut into ``split-size`` blocks dealt to the readers in
 turn (block k to reader k mod n, also the blocks the file grows into). A line belongs
@@ -368,7 +370,14 @@ class FileSource(Source):
             nl = buf.find(b"\n", pos)
             if nl < 0:
                 self._buf, self._base = buf[pos:], base + pos
-                return self._fill()
+                if self._fill():
+                    return True
+                if raw and self._buf:  # Conduit's tail sends the text after the last newline as a line
+                    self._base += len(self._buf)
+                    lines.append(self._buf)
+                    ends.append(self._base)
+                    self._buf = b""
+                return False
             line = buf[pos:nl]
             if raw or (line and not line.isspace()):
                 lines.append(line)

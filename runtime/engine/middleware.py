@@ -78,6 +78,17 @@ DESTINATION_PARAMS: Mapping[str, Parameter] = {
 }
 
 
+# Conduit's processor SDK decodes a record's key/payload with its schema before the processor and
+# encodes it after; cdcflow's processors work on the records as the engine holds them (structured
+# data stays structured), so these are accepted with Conduit's defaults and change nothing.
+PROCESSOR_PARAMS: Mapping[str, Parameter] = {
+    f"sdk.schema.{step}.{part}.enabled": Parameter(
+        ParamType.BOOL, default="true",
+        description=f"Accepted for Conduit files: cdcflow's processors see structured data as it is ({step} is moot).")
+    for step in ("decode", "encode") for part in ("key", "payload")
+}
+
+
 def applies(info: Any) -> bool:
     """Whether the engine applies the middleware for the plugin ``info`` (a ``PluginInfo``): for
     in-process plugins; a standalone plugin gets its ``sdk.*`` settings and applies them itself."""

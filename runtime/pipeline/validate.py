@@ -182,7 +182,9 @@ class _PipelineChecker:
         transform = info.new_transform()
         transform.id = proc.id
         try:
-            transform.configure(config)
+            from ..engine.middleware import connector_settings  # the sdk.* settings are not the plugin's
+
+            transform.configure(connector_settings(config, info))
         except ConfigError as e:
             self.add(_setting_origin(e.parameter, proc.settings, proc.setting_origins, proc.origin),
                      f"{what}: {_without_plugin(e)}")

@@ -409,9 +409,10 @@ def test_raw_lines_are_conduits_records(reg, tmp_path):
     got = raw_source(reg, path).read(100)
     assert [(r.key, r.after, r.before, r.operation.text) for r in got] == [
         (b"1", b"hello world", None, "create"), (b"2", b"", None, "create"),
-        (b"3", b'{"not": "a record"}\r', None, "create"), (b"4", b"latin-1 \xe9", None, "create")]
-    assert [r.metadata for r in got] == [{"file.path": str(path)}] * 4
-    ends = [i + 1 for i, b in enumerate(text) if b == ord("\n")]
+        (b"3", b'{"not": "a record"}\r', None, "create"), (b"4", b"latin-1 \xe9", None, "create"),
+        (b"5", b"half", None, "create")]  # nxadm/tail (Follow, v1.4.11) sends the text after the last newline
+    assert [r.metadata for r in got] == [{"file.path": str(path)}] * 5
+    ends = [i + 1 for i, b in enumerate(text) if b == ord("\n")] + [len(text)]
     assert [int(r.position) for r in got] == ends
 
 
@@ -423,12 +424,13 @@ def test_raw_lines_resume_after_a_position_and_follow_the_file(reg, tmp_path):
     got = src.read(10)
     # Conduit's tail numbers lines from where it resumed: the key starts at 1 again
     assert [(r.key, r.after, r.position) for r in got] == [(b"1", b"c", b"6")]
+    assert src.read(10) == []
     with open(path, "ab") as f:
         f.write(b"d")
-    assert src.read(10) == []  # half a line waits for its newline
+    assert [(r.key, r.after, r.position) for r in src.read(10)] == [(b"2", b"d", b"7")]  # as Conduit's tail
     with open(path, "ab") as f:
         f.write(b"\ne\n")
-    assert [(r.key, r.after) for r in src.read(10)] == [(b"2", b"d"), (b"3", b"e")]
+    assert [(r.key, r.after) for r in src.read(10)] == [(b"3", b""), (b"4", b"e")]
     src.teardown()
 
 
