@@ -281,8 +281,8 @@ def _cdcflow_run(tmp: Path, pipeline: Path) -> subprocess.CompletedProcess:
 @pytest.mark.spark
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_conduit_example_runs(name, tmp_path):
-    """Each file that validates runs (bounded); every file destination gets records in the JSON form,
-    three per source (a file source reads the three lines it was given)."""
+    """Each file that validates runs (bounded); its file destinations get records in the JSON form
+    (Conduit's DLQ example: every record fails its processor and lands in the DLQ file)."""
     if name == "conduit-pipelines-javascript-processor.yaml":
         pytest.importorskip("py_mini_racer")
     text = _bounded((EXAMPLES / name).read_text(), tmp_path)
@@ -295,6 +295,9 @@ def test_conduit_example_runs(name, tmp_path):
                 path = (conn.get("settings") or {}).get("path")
                 if path and conn["plugin"].endswith("file"):
                     (sources if conn["type"] == "source" else destinations).append(tmp_path / path)
+            dlq = pipe.get("dead-letter-queue") or {}
+            if dlq.get("plugin", "").endswith("file"):
+                destinations.append(tmp_path / dlq["settings"]["path"])
     for path in sources:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(INPUT)
@@ -302,9 +305,15 @@ def test_conduit_example_runs(name, tmp_path):
     pipeline.write_text(text)
     done = _cdcflow_run(tmp_path, pipeline)
     assert done.returncode == 0, done.stderr[-3000:]
+    written = {}
     for path in destinations:
-        records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
-        assert records and all(set(r) == {"position", "operation", "metadata", "key", "payload"} for r in records)
+        written[path.name] = [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+        assert all(set(r) == {"position", "operation", "metadata", "key", "payload"} for r in written[path.name])
+    if name == "conduit-pipelines-pipeline-with-dlq.yaml":
+        assert written["example.out"] == [] and len(written["dlq.out"]) == 1
+        assert "float" in written["dlq.out"][0]["metadata"]["conduit.dlq.nack.error"]
+    else:
+        assert all(written.values()), {k: len(v) for k, v in written.items()}
 
 
 @pytest.mark.slow
