@@ -4,7 +4,9 @@ Conduit's connector SDK wraps every connector in middleware configured by ``sdk.
 so a Conduit pipeline file may give them to any connector. A standalone plugin applies its own
 (its SDK lists them in its specification); for the connectors loaded in process (built-ins and
 cdcflow-SDK plugins) the registry adds these parameters to their specifications and the engine
-applies them here, around the plugin: the plugin never sees an ``sdk.*`` setting.
+applies them here, around the plugin: the plugin never sees an ``sdk.*`` setting. A cdcflow
+connector served to Conduit as a standalone plugin (``cdcflow.standalone.server``) lists them in
+its specification and applies them the same way, as Conduit's SDK connectors do.
 
 What each does in cdcflow (docs/conduit.md has the table):
 - ``sdk.batch.size``: at most that many records per ``read`` (source) or per ``write`` (destination);
@@ -99,6 +101,10 @@ def connector_settings(settings: Mapping[str, Any], info: Any) -> Mapping[str, A
     """What the plugin ``info`` is configured with: without the ``sdk.*`` settings the engine applies."""
     if not applies(info):
         return settings
+    return without_sdk(settings)
+
+
+def without_sdk(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if not k.startswith(PREFIX)}
 
 
@@ -108,7 +114,11 @@ class SourceMiddleware:
 
     @classmethod
     def of(cls, settings: Mapping[str, Any], info: Any) -> "SourceMiddleware":
-        return cls(int(settings.get("sdk.batch.size") or 0)) if applies(info) else cls()
+        return cls.from_settings(settings) if applies(info) else cls()
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> "SourceMiddleware":
+        return cls(int(settings.get("sdk.batch.size") or 0))
 
     def read_size(self, engine_batch: int) -> int:
         return min(engine_batch, self.batch_size) if self.batch_size > 0 else engine_batch
@@ -170,8 +180,11 @@ class DestinationMiddleware:
 
     @classmethod
     def of(cls, settings: Mapping[str, Any], info: Any) -> "DestinationMiddleware":
-        if not applies(info):
-            return cls()
+        return cls.from_settings(settings) if applies(info) else cls()
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> "DestinationMiddleware":
+        """The middleware of validated settings (ConfigError for a template that does not compile)."""
         rate = float(settings.get("sdk.rate.perSecond") or 0)
         limiter = None
         if rate > 0:
