@@ -299,7 +299,7 @@ class SourceServicer(source_pb2_grpc.SourcePluginServicer):
     def Configure(self, request, context):
         typed = _configure(self._plugin, self._plugin.source_params, request.config, context)
         try:
-            self._mw = middleware.SourceMiddleware.from_settings(typed)
+            self._mw = middleware.SourceMiddleware.from_settings(typed, self._id)
             src = self._plugin.new_source()
             src.id = self._id
             src.configure(middleware.without_sdk(typed))
@@ -350,6 +350,8 @@ class SourceServicer(source_pb2_grpc.SourcePluginServicer):
                     break
                 try:
                     batch = self._src.read(self._mw.read_size(READ_BATCH))
+                    if batch:
+                        self._mw.apply(batch)
                     if batch is None:
                         break  # a bounded source is done: stay quiet until Stop, like Conduit's sources
                     messages, oversized = frame_records(batch, store, "avro", self._max) if batch else ([], {})

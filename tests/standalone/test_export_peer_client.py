@@ -90,6 +90,18 @@ def test_served_file_destination_applies_conduits_sdk_settings(tmp_path: Path) -
     assert out["exit_code"] == 0
 
 
+def test_served_source_extracts_schemas_under_conduits_subject(tmp_path: Path) -> None:
+    """sdk.schema.extract.* / sdk.schema.context.name on a served source: the subject Conduit's SDK
+    gives (<context>:<subject>). Old code: refused as unknown parameters."""
+    launcher = export_launcher("builtin:generator", tmp_path / "out")
+    out = _peer_client(launcher, "source", {"recordCount": "5", "format.type": "structured",
+                                            "format.options.id": "int", "sdk.schema.extract.payload.enabled": "true",
+                                            "sdk.schema.context.name": "ctx", "sdk.schema.extract.payload.subject": "p",
+                                            "sdk.batch.size": "2"}, 5)
+    assert out["metadata"]["opencdc.payload.schema.subject"] == "ctx:p"
+    assert out["exit_code"] == 0
+
+
 def test_bad_settings_rejected_with_invalid_argument(tmp_path: Path) -> None:
     launcher = export_launcher("generator", tmp_path / "out")
     proc = subprocess.run([sys.executable, str(HERE / "peer_client.py"), str(launcher), "source",
