@@ -309,6 +309,9 @@ def test_conduit_example_runs(name, tmp_path):
     for path in destinations:
         written[path.name] = [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
         assert all(set(r) == {"position", "operation", "metadata", "key", "payload"} for r in written[path.name])
+    if name == "conduit-pipelines-javascript-processor.yaml":  # its description: each line prefixed
+        assert [base64.b64decode(r["payload"]["after"]) for r in written["example.out"]] == [
+            b"hi there " + line for line in INPUT.splitlines()]
     if name == "conduit-pipelines-pipeline-with-dlq.yaml":
         assert written["example.out"] == [] and len(written["dlq.out"]) == 1
         assert "float" in written["dlq.out"][0]["metadata"]["conduit.dlq.nack.error"]
