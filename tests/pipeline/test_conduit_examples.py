@@ -341,3 +341,32 @@ def test_conduits_file_to_file_example_runs_with_conduits_result(tmp_path):
     assert all(r["metadata"]["file.path"] == "./example.in" for r in records)
     # Conduit's provisioning names it "file-to-file:example.in" (pipeline id, ":", connector id)
     assert {r["metadata"]["conduit.source.connector.id"] for r in records} == {"example.in"}
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_conduits_debezium_output_format_example_runs(tmp_path):
+    """conduit-site's output-format page, first example (sdk.record.format: debezium/json with
+    debezium.schema.name=employee), with the generator's current field settings for its outdated
+    ``format.options: "name:string,company:string"``: each line is a Kafka Connect envelope named
+    "employee" whose payload is the created record. Old code: debezium/json was refused."""
+    name = "using-5-connectors-9-configuration-parameters-0-output-format-1.yaml"
+    text = (EXAMPLES / name).read_text()
+    text = text.replace('format.options: "name:string,company:string"',
+                        'format.options.name: string\n          format.options.company: string')
+    text = text.replace('recordCount: "10"', 'recordCount: "3"').replace('readTime: "1s"', 'readTime: "10ms"')
+    pipeline = tmp_path / name
+    pipeline.write_text(text.replace("/tmp/file-destination.txt", str(tmp_path / "out.txt")))
+    done = _cdcflow_run(tmp_path, pipeline)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "out.txt").read_bytes().splitlines()
+    envelopes = [orjson.loads(line) for line in lines]
+    assert len(envelopes) == 3 and all(line.startswith(b'{"schema":{"type":"struct","name":"employee","fields":[')
+                                       for line in lines)
+    for e in envelopes:
+        assert [f["field"] for f in e["schema"]["fields"]] == ["before", "after", "source", "op", "ts_ms",
+                                                                "transaction"]
+        after = e["payload"]["after"]
+        assert set(after) == {"name", "company"} and e["payload"]["before"] is None
+        assert e["payload"]["op"] in {"c", "u", "d", "r"}
+        assert e["payload"]["source"]["conduit.source.connector.id"] == "source1"
