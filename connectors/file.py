@@ -355,7 +355,8 @@ class FileSource(Source):
     def _take_lines(self, lines: list[bytes], ends: list[int], limit: int) -> bool:
         """Append whole lines that start in this reader's blocks (and the file offset just after each)
         until ``limit``; False when the file has no more for now. In the JSON form, blank lines are
-        consumed without a record (raw lines are records, blank ones too, as Conduit's). A line belongs to the block its first byte is in, so a reader finishes the
+        consumed without a record (raw lines are records, blank ones too, as Conduit's).
+        A line belongs to the block its first byte is in, so a reader finishes the
         line that crosses its block's end, and the next block's reader starts after it, as Hadoop's
         line reader does."""
         if not self._synced and not self._sync():
