@@ -240,8 +240,8 @@ def test_the_measurement():
 def test_conduits_warnings_are_warned(monkeypatch):
     """Where Conduit's parser warns (github.com/ConduitIO/conduit, pkg/provisioning/config/yaml:
     unknown keys, unknown versions, unset variables), validate warns and goes on."""
-    warned = {n: [w.message for w in _validate(n, monkeypatch).warnings]
-              for n in ("conduit-config-yaml-v2-pipelines1-success.yaml", "conduit-config-yaml-v2-pipelines5-env-vars.yaml")}
+    names = ("conduit-config-yaml-v2-pipelines1-success.yaml", "conduit-config-yaml-v2-pipelines5-env-vars.yaml")
+    warned = {n: [w.message for w in _validate(n, monkeypatch).warnings] for n in names}
     assert any("unknown key 'unknownField'" in w for w in warned["conduit-config-yaml-v2-pipelines1-success.yaml"])
     assert any("unknown version '2.12'" in w for w in warned["conduit-config-yaml-v2-pipelines1-success.yaml"])
     assert any("TEST_PARSER_AWS_URL" in w for w in warned["conduit-config-yaml-v2-pipelines5-env-vars.yaml"])
