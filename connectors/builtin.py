@@ -38,12 +38,14 @@ FILE = ConnectorPlugin(
     name="file",
     version=BUILTIN_VERSION,
     author=AUTHOR,
-    summary="Reads and writes records in Conduit's JSON form, one record per line.",
+    summary="Reads any text file, one record per line (or records in Conduit's JSON form); writes one record per line.",
     description=(
-        "The destination appends each batch with one write on an O_APPEND descriptor and fsyncs "
-        "before acknowledging, so several writers may share a file; synced pages are then dropped "
-        "from the page cache (a sink does not read its output back). The source follows a growing "
-        "file; its positions are byte offsets after each line."
+        "Conduit's file connector. The source reads any text file, one raw record per line (key the line "
+        "number, file.path metadata), or with format: opencdc/json records in Conduit's JSON form; it follows "
+        "a growing file and its positions are byte offsets after each line. The destination writes each "
+        "record as sdk.record.format says (the JSON form by default), appending each batch with one write on "
+        "an O_APPEND descriptor and fsyncing before acknowledging, so several writers may share a file; "
+        "synced pages are then dropped from the page cache (a sink does not read its output back)."
     ),
     source=file.FileSource,
     destination=file.FileDestination,

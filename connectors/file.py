@@ -1,4 +1,14 @@
-"""The ``file`` source and destination: Conduit's JSON form, one record per line.
+"""The ``file`` source and destination, as Conduit's: one record per line.
+
+Source (Conduit's, ``format: raw``, the default): any text file, one raw record per line, as
+Conduit's file connector makes them (github.com/ConduitIO/conduit-connector-file, source.go):
+operation ``create``, key the line's number (ASCII decimal, counted from 1 where the reader
+started: Conduit's restarts at 1 after a restart too), ``payload.after`` the line's bytes without
+its ``\n``, metadata ``file.path`` (the configured path), position the byte offset after the line.
+Text after the last newline is a line too, as soon as it is read (Conduit's tail sends it at the
+end of the file): what is appended to it later comes as the next line.
+``format: opencdc/json`` reads the records of a file in Conduit's JSON form instead (what the
+destination writes with the default ``sdk.record.format``: a ``file`` → ``file`` copy).
 
 Destination: each batch becomes one buffer written with one ``os.write`` on an
 ``O_APPEND`` descriptor, then ``fsync`` — durable before ``write`` returns, and
@@ -14,9 +24,9 @@ the JSON-form kernel writes their lines without building records.
 A line holds plain JSON values only (``cdcflow.convert.jsonform``): a file written by one run
 reads in any other run, on any machine, or in Conduit, with no shared state.
 
-Source: follows the file as it grows. A position is the byte offset just after
-a record's line (ASCII decimal), so a restart resumes at the next line. A last
-line without its newline is not consumed until the newline arrives.
+Both source formats follow the file as it grows. In the JSON form, a last line without its
+newline is not consumed until the newline arrives. A position is the byte offset just after
+a record's line (ASCII decimal), so a restart resumes at the next line.
 Several readers (``partitions``, each a Spark task) share one file, so a large file
 uses every core: the file is cut into ``split-size`` blocks dealt to the readers in
 turn (block k to reader k mod n, also the blocks the file grows into). A line belongs
@@ -41,16 +51,21 @@ from typing import Any, Mapping, Sequence
 
 from cdcflow.errors import CdcflowError, RecordError
 from cdcflow.params import Parameter, ParamType
-from cdcflow.record import Record
+from cdcflow.record import Operation, Record
 from cdcflow.sdk import Destination, Source
 
 PLUGIN = "file"
 READ_CHUNK = 1 << 20
+RAW, OPENCDC_JSON = "raw", "opencdc/json"
+META_FILE_PATH = "file.path"  # Conduit's file source: the path a record's line was read from
 
 log = logging.getLogger("cdcflow.connectors.file")
 
 SOURCE_PARAMS: dict[str, Parameter] = {
     "path": Parameter(ParamType.STRING, None, "Path of the file to read (followed while it grows).", required=True),
+    "format": Parameter(ParamType.STRING, RAW, "What a line is: raw (Conduit's: any text, one raw record per "
+                        "line) or opencdc/json (a record in Conduit's JSON form, as the file destination "
+                        "writes them).", inclusion=(RAW, OPENCDC_JSON)),
     "partitions": Parameter(ParamType.INT, "1", "Readers of the file, each a partition (a Spark task): the file is cut "
                             "in split-size blocks dealt to them in turn. Part of the positions: change it only "
                             "with a new state directory.", greater_than=0),
@@ -85,6 +100,9 @@ def _jsonform():
 
 
 class FileDestination(Destination):
+    #: ``sdk.record.format`` when it is not the JSON form (set by the engine's middleware)
+    record_format: Any = None
+
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         self.path = str(config["path"])
@@ -103,6 +121,11 @@ class FileDestination(Destination):
         if not records:
             return None
         self._check_open()
+        if self.record_format is not None:
+            data, errors = self.record_format.lines(records)
+            if data:
+                self._append([data])
+            return errors
         self._append([self._dumps(records)])
         return None
 
@@ -110,7 +133,7 @@ class FileDestination(Destination):
         """The messages' lines (the kernel's, or ``from_wire`` + ``dumps_lines`` for a message it
         hands back), appended with one write and one fsync for the lot."""
         self._check_open()
-        dumps_wire = _jsonform().dumps_wire
+        dumps_wire = _jsonform().dumps_wire if self.record_format is None else _through_records
         chunks: list[bytes] = []
         results: list[Any] = []
         for message in messages:
@@ -134,7 +157,15 @@ class FileDestination(Destination):
         records = from_wire(message, self._store, failed)
         good = [r for r in records if r is not None] if failed else records
         positions = [r.position if r is not None else failed[i][0] for i, r in enumerate(records)]
-        return (self._dumps(good) if good else b""), (positions, failed)
+        if self.record_format is None:
+            return (self._dumps(good) if good else b""), (positions, failed)
+        data, errors = self.record_format.lines(good)
+        if errors:
+            index = [i for i, r in enumerate(records) if r is not None]
+            for i, err in zip(index, errors):
+                if err is not None:
+                    failed[i] = (positions[i], RecordError(err, position=positions[i]))
+        return data, (positions, failed)
 
     def _check_open(self) -> None:
         if self._fd is None:
@@ -162,6 +193,11 @@ class FileDestination(Destination):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _through_records(message: bytes) -> None:
+    """``write_wire`` with a record format: no line is written from the wire bytes directly."""
+    return None
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -243,6 +279,7 @@ class FileSource(Source):
         self.path = str(config["path"])
         self.readers = int(config["partitions"])
         self.split_size = int(config["split-size"])
+        self.raw = (config.get("format") or RAW) == RAW
         self._fd: int | None = None
 
     def partitions(self) -> Sequence[str]:
@@ -277,6 +314,7 @@ class FileSource(Source):
             self._base, self._synced = offset, True  # a position is always a line start
         self._seen = offset  # the file was at least this long
         self._last: bytes | None = position or None
+        self._lines_read = 0  # raw lines: a record's key is its number among the lines read since open
         self._open_file()
 
     def _open_file(self) -> bool:
@@ -315,14 +353,15 @@ class FileSource(Source):
         return records
 
     def _take_lines(self, lines: list[bytes], ends: list[int], limit: int) -> bool:
-        """Append whole non-blank lines that start in this reader's blocks (and the file offset just
-        after each) until ``limit``; False when the file has no more for now. Blank lines are consumed
-        without a record. A line belongs to the block its first byte is in, so a reader finishes the
+        """Append whole lines that start in this reader's blocks (and the file offset just after each)
+        until ``limit``; False when the file has no more for now. In the JSON form, blank lines are
+        consumed without a record (raw lines are records, blank ones too, as Conduit's).
+        A line belongs to the block its first byte is in, so a reader finishes the
         line that crosses its block's end, and the next block's reader starts after it, as Hadoop's
         line reader does."""
         if not self._synced and not self._sync():
             return False
-        buf, base, pos = self._buf, self._base, 0
+        buf, base, pos, raw = self._buf, self._base, 0, self.raw
         block_end = (self._block + 1) * self._split if self._readers > 1 else -1
         while len(lines) < limit:
             if base + pos >= block_end >= 0:  # this block is done: on to this reader's next one
@@ -332,9 +371,16 @@ class FileSource(Source):
             nl = buf.find(b"\n", pos)
             if nl < 0:
                 self._buf, self._base = buf[pos:], base + pos
-                return self._fill()
+                if self._fill():
+                    return True
+                if raw and self._buf:  # Conduit's tail sends the text after the last newline as a line
+                    self._base += len(self._buf)
+                    lines.append(self._buf)
+                    ends.append(self._base)
+                    self._buf = b""
+                return False
             line = buf[pos:nl]
-            if line and not line.isspace():
+            if raw or (line and not line.isspace()):
                 lines.append(line)
                 ends.append(base + nl + 1)
             pos = nl + 1
@@ -356,6 +402,8 @@ class FileSource(Source):
         return True
 
     def _parse(self, lines: list[bytes], ends: list[int]) -> list[Record]:
+        if self.raw:
+            return self._raw_records(lines, ends)
         try:
             records = self._loads(b"\n".join(lines) + b"\n", self._store)
         except Exception:  # noqa: BLE001 - find the bad line and name it
@@ -366,6 +414,14 @@ class FileSource(Source):
         for rec, end in zip(records, ends):
             rec.position = str(end).encode()
         return records
+
+    def _raw_records(self, lines: list[bytes], ends: list[int]) -> list[Record]:
+        """Conduit's records of raw lines (a ``\r`` before the ``\n`` stays in the line, as Conduit's)."""
+        first = self._lines_read + 1
+        self._lines_read += len(lines)
+        path = self.path
+        return [Record(str(end).encode(), Operation.CREATE, {META_FILE_PATH: path}, str(n).encode(), None, line)
+                for n, line, end in zip(range(first, first + len(lines)), lines, ends)]
 
     def _raise_for_bad_line(self, lines: list[bytes], ends: list[int]) -> None:
         loads_record = _jsonform().loads_record

@@ -140,7 +140,11 @@ class PluginInfo:
             raise ConfigError(self.ref, None, "kind", f"{self.kind} {self.name!r} has no {side} side"
                               f" (it has: {', '.join(self.sides) or 'none'})")
         if side == "transform":
-            return self.params
+            if self.type != BUILTIN:
+                return self.params
+            from .engine import middleware  # Conduit's processor sdk.* settings
+
+            return {**middleware.PROCESSOR_PARAMS, **self.params}
         own = self.source_params if side == "source" else self.destination_params
         if self.type != BUILTIN:  # a standalone plugin's spec lists the sdk.* settings its own SDK applies
             return own

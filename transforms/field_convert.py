@@ -3,8 +3,10 @@
 Conduit turns the value into text and parses the text as the target type; the
 results here are the same (``"123"`` → 123, ``1`` → true, ``123.345`` →
 ``"123.345"``, a unix-nanosecond int → a time) without the text round trip for
-values that are already numbers. Times are naive UTC ``datetime`` values, the
-record model's form, so nanoseconds are truncated to microseconds.
+values that are already numbers. A time keeps what Go's ``time.Time`` keeps: a naive UTC
+``datetime`` (the record model's form) when that holds all of it, else a ``GoTime`` (the same
+datetime plus the nanoseconds and the zone's offset), which the JSON form writes as Conduit
+does (``2024-01-02T12:34:56.123456789Z``, ``2024-01-02T14:34:56+02:00``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
+from cdcflow.convert.textforms import GoTime
 from cdcflow.expr import to_text
 from cdcflow.params import Parameter, ParamType
 
@@ -27,6 +30,8 @@ _BOOL_TEXT = {
     "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False,
 }
 _EPOCH = _dt.datetime(1970, 1, 1)
+#: Go's time.RFC3339Nano layout as time.Parse reads it (a fraction of any length up to 9 digits)
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(?:Z|([+-])(\d{2}):(\d{2}))\Z")
 
 
 def _float_text(v: float) -> str:
@@ -83,13 +88,30 @@ def to_bool(v: Any) -> bool:
         raise ValueError(f"cannot convert {v!r} to bool (expected 1, t, true, 0, f, false, ...)") from None
 
 
+def _time(utc: _dt.datetime, nanosecond: int, offset: int) -> _dt.datetime:
+    return GoTime(utc, nanosecond, offset) if nanosecond or offset else utc
+
+
 def to_time(v: Any) -> _dt.datetime:
+    """Unix nanoseconds (Go: ``time.Unix(0, n).UTC()``) or RFC 3339 text with up to nine fraction
+    digits and its zone (Go: ``time.Parse(time.RFC3339Nano, s)``); other ISO 8601 text is read too."""
     t = type(v)
-    if t is _dt.datetime:
+    if t is _dt.datetime or t is GoTime:
         return v
     if t is int or (t is str and _INT_TEXT.match(v)):
-        return _EPOCH + _dt.timedelta(microseconds=int(v) // 1000)
+        micros, nanos = divmod(int(v), 1000)
+        return _time(_EPOCH + _dt.timedelta(microseconds=micros), nanos, 0)
     text = _text(v)
+    m = _RFC3339.match(text)
+    if m:
+        fraction = (m.group(2) or "").ljust(9, "0")
+        offset = (int(m.group(4)) * 60 + int(m.group(5))) * (-1 if m.group(3) == "-" else 1) if m.group(3) else 0
+        try:
+            local = _dt.datetime.fromisoformat(m.group(1))
+        except ValueError:
+            raise ValueError(f"cannot convert {v!r} to time: {text!r} is not a valid RFC 3339 time") from None
+        utc = local.replace(microsecond=int(fraction[:6])) - _dt.timedelta(minutes=offset)
+        return _time(utc, int(fraction[6:]), offset)
     try:
         parsed = _dt.datetime.fromisoformat(text)
     except ValueError:

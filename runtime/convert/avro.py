@@ -47,6 +47,7 @@ from typing import Any, Callable
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from ..errors import ConversionError, SchemaError
+from .textforms import GoTime
 
 CDCFLOW_TYPE = "cdcflow.type"
 CDCFLOW_NAME = "cdcflow.name"
@@ -194,7 +195,7 @@ class _Deriver:
             return "bytes"
         if t is Decimal:
             return _decimal_type(value)
-        if t is _dt.datetime:
+        if t is _dt.datetime or t is GoTime:
             if value.tzinfo is not None:
                 raise ConversionError("datetime with a time zone is not a native value (use naive UTC)", path=path)
             return avro_type("datetime")

@@ -45,7 +45,7 @@ from ..schemas import SchemaStore
 from .jsontypes import NotRestored, Restorer
 from .protobuf import _metadata_of
 from .schemaref import in_context
-from .textforms import TEXT_FORMS, rfc3339_text, unb64
+from .textforms import TEXT_FORMS, GoTime, rfc3339_text, unb64
 
 #: the compiled writer (runtime/convert/_jsonform.c), or None: the Python path below writes every line
 _kernel = accel.load("cdcflow.convert._jsonform")
@@ -77,7 +77,7 @@ def go_float(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-_JSON_TEXT_FORMS = {**TEXT_FORMS, _dt.datetime: rfc3339_text}
+_JSON_TEXT_FORMS = {**TEXT_FORMS, _dt.datetime: rfc3339_text, GoTime: rfc3339_text}
 
 
 def jsonable(value: Any, path: str = "$") -> Any:

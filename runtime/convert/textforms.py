@@ -69,9 +69,38 @@ def date_of(text: str) -> _dt.date:
     return _DATE.fromisoformat(text)
 
 
+class GoTime(_dt.datetime):
+    """A time as Go's ``time.Time`` holds it where a datetime cannot: nanoseconds and a zone.
+
+    The datetime itself is the naive UTC instant to the microsecond, which every encoder reads
+    (a GoTime is a datetime to them); ``nanosecond`` is the 0-999 ns past it and ``offset`` the
+    zone's offset east of UTC in minutes, which the JSON form writes as Conduit does
+    (``2024-01-02T14:34:56.123456789+02:00``). Made by ``field.convert`` to ``time``, only when
+    a plain naive datetime would lose something.
+    """
+
+    nanosecond: int
+    offset: int
+
+    def __new__(cls, utc: _dt.datetime, nanosecond: int = 0, offset: int = 0) -> "GoTime":
+        self = super().__new__(cls, utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second,
+                               utc.microsecond)
+        self.nanosecond, self.offset = nanosecond, offset
+        return self
+
+    def __reduce_ex__(self, protocol):  # datetime's own pickling would drop the two attributes
+        return (GoTime, (_dt.datetime(self.year, self.month, self.day, self.hour, self.minute, self.second,
+                                      self.microsecond), self.nanosecond, self.offset))
+
+    def __repr__(self) -> str:
+        return f"GoTime({rfc3339_text(self)!r})"
+
+
 def rfc3339_text(value: _dt.datetime) -> str:
     """A datetime as Go's ``time.Time`` writes it in JSON (RFC 3339, the fraction without trailing
     zeros, ``Z`` for a zero offset); a naive datetime is taken as UTC. The JSON form's datetimes."""
+    if type(value) is GoTime:
+        return _go_time_text(value)
     text = f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
     if value.microsecond:
         text += f".{value.microsecond:06d}".rstrip("0")
@@ -81,6 +110,20 @@ def rfc3339_text(value: _dt.datetime) -> str:
     minutes = offset.days * 1440 + offset.seconds // 60
     hours, minutes = divmod(abs(minutes), 60)
     return f"{text}{'-' if offset.days < 0 else '+'}{hours:02d}:{minutes:02d}"
+
+
+def _go_time_text(value: GoTime) -> str:
+    offset = getattr(value, "offset", 0)
+    local = _dt.datetime(value.year, value.month, value.day, value.hour, value.minute, value.second) \
+        + _dt.timedelta(minutes=offset)
+    text = local.isoformat()
+    fraction = value.microsecond * 1000 + getattr(value, "nanosecond", 0)
+    if fraction:
+        text += f".{fraction:09d}".rstrip("0")
+    if not offset:
+        return text + "Z"
+    hours, minutes = divmod(abs(offset), 60)
+    return f"{text}{'-' if offset < 0 else '+'}{hours:02d}:{minutes:02d}"
 
 
 def rfc3339_of(text: str) -> _dt.datetime:
@@ -133,5 +176,6 @@ def parse_decimal(text: str, path: str = "") -> Decimal:
 
 TEXT_FORMS: dict[type, Any] = {
     bytes: b64, Decimal: decimal_text, _dt.datetime: datetime_text, _dt.date: date_text, _dt.timedelta: time_text,
+    GoTime: datetime_text,  # its naive UTC value (to the microsecond); the JSON form writes all of it
 }
 """Native type -> its text writer, for the values JSON has no type for (exact type match)."""

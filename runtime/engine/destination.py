@@ -39,12 +39,14 @@ class DestinationNode:
             plugin = info.new_destination()
             plugin.id = cfg.id
             try:
+                middleware = DestinationMiddleware.of(settings, info)
                 plugin.configure(connector_settings(settings, info))
+                middleware.attach(plugin, cfg.id)
                 plugin.open()
             except BaseException:
                 quiet_teardown(plugin)
                 raise
-        return cls(cfg, plugin, middleware=DestinationMiddleware.of(settings, info))
+        return cls(cfg, plugin, middleware=middleware)
 
     def write(self, pipeline: str, records: Sequence[Record], last_position: bytes, nacks: Nacks) -> int:
         """Write ``records`` (``last_position`` is the last one's); returns how many the plugin

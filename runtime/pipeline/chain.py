@@ -256,6 +256,12 @@ def _merge(
     return 0
 
 
+def connector_settings(config: Mapping[str, Any], info: Any) -> Mapping[str, Any]:
+    from ..engine.middleware import connector_settings as without_sdk
+
+    return without_sdk(config, info)
+
+
 def validate_processor(pc: ProcessorConfig, registry: Any) -> Mapping[str, Any]:
     """``pc``'s settings typed and checked against its plugin's spec; ``ProcessorSetupError`` otherwise.
 
@@ -308,7 +314,7 @@ def _build_node(pc: ProcessorConfig, registry: Any, config: Mapping[str, Any] | 
     transform = info.new_transform()
     transform.id = pc.id
     try:
-        transform.configure(config)
+        transform.configure(connector_settings(config, info))  # without the sdk.* settings
     except ConfigError as e:
         _quiet_teardown(transform)
         raise ProcessorSetupError(pc, e.rule, _message(e), e.parameter) from e

@@ -127,6 +127,9 @@ class _PipelineChecker:
             return  # reported by the spec checks above
         try:
             instance.configure(config)
+            from ..engine import middleware  # the sdk.* settings the engine applies around the plugin
+
+            middleware.check(side, config, instance, plugin_id)
         except ConfigError as e:
             self.add(_setting_origin(e.parameter, settings, setting_origins, origin), f"{what}: {_without_plugin(e)}")
         except CdcflowError as e:
@@ -179,7 +182,9 @@ class _PipelineChecker:
         transform = info.new_transform()
         transform.id = proc.id
         try:
-            transform.configure(config)
+            from ..engine.middleware import connector_settings  # the sdk.* settings are not the plugin's
+
+            transform.configure(connector_settings(config, info))
         except ConfigError as e:
             self.add(_setting_origin(e.parameter, proc.settings, proc.setting_origins, proc.origin),
                      f"{what}: {_without_plugin(e)}")

@@ -32,6 +32,7 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ..convert.protobuf import from_wire, to_proto
+from ..engine import middleware
 from ..engine.fastpath import WireDestination
 from ..errors import CdcflowError, ConfigError, InfrastructureError
 from ..params import REDACTOR, Parameter, secret_values, validate
@@ -82,13 +83,20 @@ class ServedPlugin:
     new_transform: Callable[[], Transform] | None = None
 
 
+def _with_sdk(own: Mapping[str, Parameter], side: str) -> dict[str, Parameter]:
+    """A connector's parameters and Conduit's ``sdk.*`` ones, which the server applies around it
+    (``cdcflow.engine.middleware``), as a connector built with Conduit's SDK lists and applies them."""
+    return {**(middleware.SOURCE_PARAMS if side == "source" else middleware.DESTINATION_PARAMS), **own}
+
+
 def describe_target(target: Any) -> ServedPlugin:
     """Normalise a ConnectorPlugin, a Transform subclass or a registry ``PluginInfo``."""
     if isinstance(target, ConnectorPlugin):
         return ServedPlugin(
             name=target.name, version=target.version, kind=CONNECTOR, summary=target.summary,
-            description=target.description, author=target.author, source_params=dict(target.source_params),
-            destination_params=dict(target.destination_params), new_source=target.source,
+            description=target.description, author=target.author,
+            source_params=_with_sdk(target.source_params, "source"),
+            destination_params=_with_sdk(target.destination_params, "destination"), new_source=target.source,
             new_destination=target.destination,
         )
     if isinstance(target, type) and issubclass(target, Transform):
@@ -101,8 +109,9 @@ def describe_target(target: Any) -> ServedPlugin:
     if kind == CONNECTOR:
         return ServedPlugin(
             name=target.name, version=target.version, kind=CONNECTOR, summary=target.summary,
-            description=target.description, author=target.author, source_params=dict(target.source_params),
-            destination_params=dict(target.destination_params),
+            description=target.description, author=target.author,
+            source_params=_with_sdk(target.source_params, "source"),
+            destination_params=_with_sdk(target.destination_params, "destination"),
             new_source=target.new_source if target.has_source else None,
             new_destination=target.new_destination if target.has_destination else None,
         )
@@ -285,13 +294,15 @@ class SourceServicer(source_pb2_grpc.SourcePluginServicer):
         self._lock = threading.Lock()  # one call into the source at a time
         self._stop = threading.Event()
         self._last = b""
+        self._mw = middleware.SourceMiddleware()
 
     def Configure(self, request, context):
         typed = _configure(self._plugin, self._plugin.source_params, request.config, context)
         try:
+            self._mw = middleware.SourceMiddleware.from_settings(typed, self._id)
             src = self._plugin.new_source()
             src.id = self._id
-            src.configure(typed)
+            src.configure(middleware.without_sdk(typed))
             parts = list(src.partitions())
         except Exception as e:  # noqa: BLE001
             _fail(context, "Source.Configure", e)
@@ -338,7 +349,9 @@ class SourceServicer(source_pb2_grpc.SourcePluginServicer):
                 if self._stop.is_set():
                     break
                 try:
-                    batch = self._src.read(READ_BATCH)
+                    batch = self._src.read(self._mw.read_size(READ_BATCH))
+                    if batch:
+                        self._mw.apply(batch)
                     if batch is None:
                         break  # a bounded source is done: stay quiet until Stop, like Conduit's sources
                     messages, oversized = frame_records(batch, store, "avro", self._max) if batch else ([], {})
@@ -396,13 +409,16 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
     def __init__(self, plugin: ServedPlugin, life: _Lifecycle, connector_id: str):
         self._plugin, self._life, self._id = plugin, life, connector_id
         self._dst: Destination | None = None
+        self._mw = middleware.DestinationMiddleware()
 
     def Configure(self, request, context):
         typed = _configure(self._plugin, self._plugin.destination_params, request.config, context)
         try:
+            self._mw = middleware.DestinationMiddleware.from_settings(typed)
             dst = self._plugin.new_destination()
             dst.id = self._id
-            dst.configure(typed)
+            dst.configure(middleware.without_sdk(typed))
+            self._mw.attach(dst, self._id)
         except Exception as e:  # noqa: BLE001
             _fail(context, "Destination.Configure", e)
         self._dst = dst
@@ -434,7 +450,7 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         done = threading.Event()
         store = default_store()
         # a destination that takes message bytes gets them undecoded
-        wire = _WireMode(isinstance(self._dst, WireDestination))
+        wire = _WireMode(isinstance(self._dst, WireDestination) and not self._mw.active)  # chunks go through write
         threading.Thread(target=_read_requests, args=(request_iterator, store, inbox, done, wire),
                          name="destination-decode", daemon=True).start()
         try:
@@ -508,7 +524,8 @@ class DestinationServicer(destination_pb2_grpc.DestinationPluginServicer):
         try:
             if failure is not None:
                 raise failure
-            res = self._dst.write(good) if good else None
+            mw = self._mw
+            res = (mw.write(self._dst.write, good) if mw.active else self._dst.write(good)) if good else None
             if res is not None and len(res) != len(good):
                 raise CdcflowError(f"destination returned {len(res)} results for {len(good)} records")
         except InfrastructureError:

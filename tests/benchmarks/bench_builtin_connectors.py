@@ -42,7 +42,7 @@ def file_round_trip(reg, records: list, path: Path) -> tuple[float, float]:
     write_s = time.perf_counter() - start
     dest.teardown()
     src = info.new_source()
-    src.configure(info.validate("source", {"path": str(path)}))
+    src.configure(info.validate("source", {"path": str(path), "format": "opencdc/json"}))
     src.open(None)
     got = 0
     start = time.perf_counter()

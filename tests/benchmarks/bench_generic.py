@@ -1,7 +1,7 @@
-"""The generic path: Conduit's hello world, ``file`` -> ``file``, against a one-process orjson loop.
+"""The generic path: a ``file`` -> ``file`` copy of records, against a one-process orjson loop.
 
 N OpenCDC JSON lines (Conduit's JSON form, written by ``cdcflow.convert.jsonform.dumps_lines``)
-are copied by ``cdcflow run --until-idle`` (one process per run) on ``--master``
+are copied (the source with ``format: opencdc/json``) by ``cdcflow run --until-idle`` (one process per run) on ``--master``
 (default local[2]) twice: with no processors, and with one ``field.set`` (a metadata field set to
 a constant). The baseline is a plain loop in this process: read the file, ``orjson.loads`` every
 line, (the same field change,) ``orjson.dumps`` it, write the lines to a file.
@@ -43,6 +43,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: "{src}"
+          format: opencdc/json
 {partitions}      - id: out
         type: destination
         plugin: builtin:file

@@ -39,6 +39,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: {src}
+          format: opencdc/json
       - id: out
         type: destination
         plugin: builtin:kafka

@@ -36,6 +36,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: ${{CDCFLOW_FILE_DIR}}/in.jsonl
+          format: opencdc/json
       - id: out
         type: destination
         plugin: builtin:file

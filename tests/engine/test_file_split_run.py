@@ -29,6 +29,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: {{src}}
+          format: opencdc/json
           partitions: "3"
           split-size: "{SPLIT}"
       - id: out

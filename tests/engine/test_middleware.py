@@ -89,5 +89,73 @@ def test_a_record_format_cdcflow_cannot_write_is_refused_not_ignored():
 
     info = load_registry().connector("file")
     with pytest.raises(ConfigError) as err:
-        info.validate("destination", {"path": "/tmp/x", "sdk.record.format": "debezium/json"})
-    assert err.value.parameter == "sdk.record.format" and "opencdc/json" in str(err.value)
+        info.validate("destination", {"path": "/tmp/x", "sdk.record.format": "avro/json"})
+    assert err.value.parameter == "sdk.record.format" and "debezium/json" in str(err.value)
+
+
+def test_a_record_format_for_a_destination_writing_its_own_format_is_refused_by_validate(tmp_path):
+    """Old code: every format but opencdc/json was refused by the spec, for every destination."""
+    from cdcflow.pipeline.validate import validate_files
+
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""\
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {{recordCount: "1", format.type: tidb}}}}
+      - id: lake
+        type: destination
+        plugin: builtin:storage
+        settings: {{uri: "{tmp_path}/lake", sdk.record.format: debezium/json}}
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {tmp_path}/out.txt
+          sdk.record.format: template
+          sdk.record.format.options: "{{{{ Payload.After.id }}}}"
+""")
+    problems = [p.message for p in validate_files([str(path)]).problems]
+    assert len(problems) == 1 and "connector 'lake'" in problems[0] and "writes its own format" in problems[0]
+    path.write_text(path.read_text().replace("Payload.After.id }}", "Payload.After.id"))
+    problems = [p.message for p in validate_files([str(path)]).problems]
+    assert any("connector 'out'" in p and "template" in p for p in problems), problems
+
+
+def test_schema_extraction_attaches_conduits_subjects_and_registers_the_schemas(tmp_path):
+    """conduit-connector-sdk source_middleware.go (SourceWithSchemaExtraction, SourceWithSchemaContext):
+    the subject is [<context>:][<collection>.]<key|payload>, the context defaulting to the connector
+    id; a record that names its schema keeps it; raw data gets none. Old code: accepted, not applied."""
+    import json
+
+    from cdcflow.record import Record
+    from cdcflow.schemas import SchemaStore
+
+    store = SchemaStore(tmp_path / "schemas")
+    info = load_registry().connector("generator")
+    settings = info.validate("source", {"recordCount": "1", "format.type": "tidb",
+                                        "sdk.schema.extract.payload.enabled": "true",
+                                        "sdk.schema.extract.key.enabled": "true"})
+    mw = SourceMiddleware.of(settings, info, "gen")
+    mw.extraction._store = store
+    named = {"opencdc.payload.schema.subject": "theirs", "opencdc.payload.schema.version": "3"}
+    batch = [Record(b"1", metadata={"opencdc.collection": "users"}, key={"id": 1}, after={"id": 1, "name": "a"}),
+             Record(b"2", metadata={"opencdc.collection": "users"}, key={"id": 2}, after={"id": 2, "name": "b"}),
+             Record(b"3", metadata={}, key=b"raw", before={"id": 3}, after=None),
+             Record(b"4", metadata={"opencdc.collection": "users"}, after={"id": 4, "extra": True}),
+             Record(b"5", metadata=dict(named), key=b"k", after={"x": 1})]
+    mw.apply(batch)
+    meta = [r.metadata for r in batch]
+    assert [m.get("opencdc.payload.schema.subject") for m in meta] == [
+        "gen:users.payload", "gen:users.payload", "gen:payload", "gen:users.payload", "theirs"]
+    assert [m.get("opencdc.payload.schema.version") for m in meta] == ["1", "1", "1", "2", "3"]
+    assert [m.get("opencdc.key.schema.subject") for m in meta] == ["gen:users.key", "gen:users.key", None, None, None]
+    fields = json.loads(store.get("gen:users.payload", 2).text)["fields"]
+    assert [f["name"] for f in fields] == ["id", "extra"]
+    off = SourceMiddleware.of(info.validate("source", {"recordCount": "1", "format.type": "tidb"}), info, "gen")
+    assert off.extraction is None  # cdcflow's default: lines stay free of references into the run's store
+    ctx = SourceMiddleware.of(info.validate("source", {"recordCount": "1", "format.type": "tidb",
+                                                       "sdk.schema.extract.payload.enabled": "true",
+                                                       "sdk.schema.context.enabled": "false"}), info, "gen")
+    assert ctx.extraction.context == ""

@@ -106,7 +106,10 @@ def connector(fmt: str, services: Services, loc: str, side: str) -> dict:
             "uri": str(services.root / "lake" / loc), "protocol": "canal-json",
             "enable-tidb-extension": "true", "content-compatible": "true"}}
     if fmt == "file":
-        return {"plugin": "builtin:file", "settings": {"path": str(services.root / "files" / f"{loc}.jsonl")}}
+        settings = {"path": str(services.root / "files" / f"{loc}.jsonl")}
+        if side == "source":  # the JSON form's records, not raw lines
+            settings["format"] = "opencdc/json"
+        return {"plugin": "builtin:file", "settings": settings}
     raise AssertionError(fmt)
 
 
@@ -237,7 +240,7 @@ def journey(request, kafka_broker, schema_registry, moto_server, tmp_path_factor
     input_file = connector("file", services, matrix.loc_in("file"), "destination")["settings"]["path"]
     Path(input_file).parent.mkdir(parents=True, exist_ok=True)
     Path(input_file).write_text("".join(json.dumps(r) + "\n" for r in records))
-    file_source = {"plugin": "builtin:file", "settings": {"path": input_file}}
+    file_source = {"plugin": "builtin:file", "settings": {"path": input_file, "format": "opencdc/json"}}
 
     sources = sorted({s for s, _ in pairs} - {"file"})
     produce = [pipeline(slug("produce", f), file_source, connector(f, services, matrix.loc_in(f), "destination"),

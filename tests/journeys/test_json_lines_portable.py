@@ -46,6 +46,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: {src}
+          format: opencdc/json
       - id: out
         type: destination
         plugin: builtin:file

@@ -63,12 +63,42 @@ def test_file_destination_under_peer_client(tmp_path: Path) -> None:
     launcher = export_launcher("file", tmp_path / "out")
     target = tmp_path / "records.jsonl"
     out = _peer_client(launcher, "destination", {"path": str(target)}, 20)
-    assert out["spec"]["name"] == "file" and out["spec"]["destination_params"] == ["path"]
+    params = out["spec"]["destination_params"]
+    assert out["spec"]["name"] == "file" and [p for p in params if not p.startswith("sdk.")] == ["path"]
+    # Conduit's SDK middleware settings, listed as an SDK connector lists them
+    assert {"sdk.batch.size", "sdk.rate.perSecond", "sdk.record.format", "sdk.record.format.options"} <= set(params)
     assert out["steps"] == ["Specify", "Configure", "Open", "Run", "Stop", "Teardown", "Shutdown"]
     assert out["acks"] == [{"position": f"pos-{i}", "error": ""} for i in range(20)]
     lines = [json.loads(x) for x in target.read_text().splitlines()]
     assert len(lines) == 20
     assert lines[1]["payload"]["after"] == {"id": 1, "name": "row 1"}
+    assert out["exit_code"] == 0
+
+
+def test_served_file_destination_applies_conduits_sdk_settings(tmp_path: Path) -> None:
+    """Conduit configures a served cdcflow connector with sdk.* settings as any SDK connector: the
+    server applies them (record format, batch size). Old code: refused as unknown parameters."""
+    launcher = export_launcher("file", tmp_path / "out")
+    target = tmp_path / "names.txt"
+    out = _peer_client(launcher, "destination", {"path": str(target), "sdk.record.format": "template",
+                                                  "sdk.record.format.options": "{{ Payload.After }}",
+                                                  "sdk.batch.size": "3"}, 7)
+    assert out["acks"] == [{"position": f"pos-{i}", "error": ""} for i in range(7)]
+    # the peer client sends raw payloads ("raw 0") and structured ones ({"id": 1, "name": "row 1"})
+    assert [json.loads(x) if x.startswith("{") else x for x in target.read_text().splitlines()] == [
+        {"id": i, "name": f"row {i}"} if i % 2 else f"raw {i}" for i in range(7)]
+    assert out["exit_code"] == 0
+
+
+def test_served_source_extracts_schemas_under_conduits_subject(tmp_path: Path) -> None:
+    """sdk.schema.extract.* / sdk.schema.context.name on a served source: the subject Conduit's SDK
+    gives (<context>:<subject>). Old code: refused as unknown parameters."""
+    launcher = export_launcher("builtin:generator", tmp_path / "out")
+    out = _peer_client(launcher, "source", {"recordCount": "5", "format.type": "structured",
+                                            "format.options.id": "int", "sdk.schema.extract.payload.enabled": "true",
+                                            "sdk.schema.context.name": "ctx", "sdk.schema.extract.payload.subject": "p",
+                                            "sdk.batch.size": "2"}, 5)
+    assert out["metadata"]["opencdc.payload.schema.subject"] == "ctx:p"
     assert out["exit_code"] == 0
 
 

@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 from helpers.transforms import chain, configure_only, make
 
+from cdcflow.convert.textforms import GoTime
 from cdcflow.errors import ConfigError
 from cdcflow.record import Operation, Record
 from cdcflow.sdk import FILTERED, Failed
@@ -72,7 +73,7 @@ def test_field_rename_bad_mapping(mapping, fragment):
          Record(operation=Operation.UPDATE, key={"id": "123.345"}, after={"foo": "bar"})),
         (".Payload.After.createdAt", "time",
          Record(key={"id": 123.345}, after={"createdAt": 1704198896123456789}),
-         Record(key={"id": 123.345}, after={"createdAt": dt.datetime(2024, 1, 2, 12, 34, 56, 123456)})),
+         Record(key={"id": 123.345}, after={"createdAt": GoTime(dt.datetime(2024, 1, 2, 12, 34, 56, 123456), 789)})),
     ],
 )
 def test_field_convert_doc_examples(field, type_, before, after):
@@ -86,7 +87,7 @@ def test_field_convert_doc_examples(field, type_, before, after):
         (True, "int", 1), ("-42", "int", -42), (4.0, "int", 4), ("2.5", "float", 2.5), (False, "float", 0.0),
         ("t", "bool", True), ("FALSE", "bool", False), (1e20, "string", "100000000000000000000"),
         (True, "string", "true"), ("2024-01-02T12:34:56Z", "time", dt.datetime(2024, 1, 2, 12, 34, 56)),
-        ("2024-01-02T14:34:56+02:00", "time", dt.datetime(2024, 1, 2, 12, 34, 56)),
+        (1704198896123456000, "time", dt.datetime(2024, 1, 2, 12, 34, 56, 123456)),
     ],
 )
 def test_field_convert_values(value, type_, expected):
@@ -94,6 +95,42 @@ def test_field_convert_values(value, type_, expected):
     r = Record(after={"v": value})
     t.process([r])
     assert r.after["v"] == expected and type(r.after["v"]) is type(expected)
+
+
+# Conduit's field.convert keeps what Go's time.Time keeps (github.com/ConduitIO/conduit,
+# pkg/plugin/processor/builtin/impl/field: convert_test.go "int to time" / "string to time",
+# convert_examples_test.go intTotime, whose output shows "2024-01-02T12:34:56.123456789Z").
+# Old code: nanoseconds truncated, the zone converted to UTC.
+@pytest.mark.parametrize(
+    "value, utc, text",
+    [
+        (1611254412345678999, dt.datetime(2021, 1, 21, 18, 40, 12, 345678), "2021-01-21T18:40:12.345678999Z"),
+        ("2021-01-21T18:40:12.345678999Z", dt.datetime(2021, 1, 21, 18, 40, 12, 345678),
+         "2021-01-21T18:40:12.345678999Z"),
+        (1704198896123456789, dt.datetime(2024, 1, 2, 12, 34, 56, 123456), "2024-01-02T12:34:56.123456789Z"),
+        ("2024-01-02T14:34:56+02:00", dt.datetime(2024, 1, 2, 12, 34, 56), "2024-01-02T14:34:56+02:00"),
+        ("2024-01-02T14:34:56.5-07:30", dt.datetime(2024, 1, 2, 22, 4, 56, 500000), "2024-01-02T14:34:56.5-07:30"),
+    ],
+)
+def test_field_convert_to_time_keeps_nanoseconds_and_the_zone_as_conduit(value, utc, text):
+    import pickle
+
+    from cdcflow.convert import jsonform
+
+    t = make("field.convert", field=".Key.id", type="time")
+    r = Record(key={"id": value})
+    t.process([r])
+    got = r.key["id"]
+    assert got == utc and got.tzinfo is None  # every other encoder reads the naive UTC instant
+    line = jsonform.dumps_record(r)
+    assert f'"key":{{"id":"{text}"}}'.encode() in line
+    assert jsonform.dumps_record(pickle.loads(pickle.dumps(r))) == line  # it travels between Spark tasks
+
+
+def test_field_convert_to_time_refuses_what_go_cannot_parse():
+    t = make("field.convert", field=".Key.id", type="time")
+    out = t.process([Record(key={"id": "21.01.2021 18:40:12"})])  # convert_test.go "invalid format"
+    assert isinstance(out[0], Failed)
 
 
 def test_field_convert_failure_names_the_field():

@@ -37,7 +37,7 @@ def destination(reg, path):
 def source(reg, path, position=None):
     info = reg.connector("builtin:file")
     src = info.new_source()
-    src.configure(info.validate("source", {"path": str(path)}))
+    src.configure(info.validate("source", {"path": str(path), "format": "opencdc/json"}))
     src.open(position)
     return src
 
@@ -275,7 +275,8 @@ def test_written_pages_leave_the_page_cache_but_the_tail_page(reg, tmp_path):
 def split_readers(reg, path, readers, split, positions=None):
     """One opened source per partition the settings give (``positions``: partition -> position)."""
     info = reg.connector("builtin:file")
-    settings = info.validate("source", {"path": str(path), "partitions": str(readers), "split-size": str(split)})
+    settings = info.validate("source", {"path": str(path), "format": "opencdc/json", "partitions": str(readers),
+                                        "split-size": str(split)})
     planner = info.new_source()
     planner.configure(settings)
     out = {}
@@ -386,3 +387,76 @@ def test_a_malformed_line_in_a_later_block_names_its_line(reg, tmp_path):
     with pytest.raises(MalformedLineError) as e:
         drain(srcs["1/2/%d" % split])
     assert (e.value.line, e.value.offset) == (6, offset)
+
+
+# -- Conduit's source: raw lines (format: raw, the default) --------------------------------------
+# Facts from github.com/ConduitIO/conduit-connector-file (source.go, v0.10.8): a record per line
+# of any text file, operation create, key = the line number (from 1, counted where the tail
+# started), payload.after = the line without its "\n", metadata file.path = the configured
+# path, position = the byte offset after the line (nxadm/tail's SeekInfo), resumed from there.
+def raw_source(reg, path, position=None, **settings):
+    info = reg.connector("builtin:file")
+    src = info.new_source()
+    src.configure(info.validate("source", {"path": str(path), **settings}))
+    src.open(position)
+    return src
+
+
+def test_raw_lines_are_conduits_records(reg, tmp_path):
+    path = tmp_path / "any.txt"
+    text = b'hello world\n\n{"not": "a record"}\r\nlatin-1 \xe9\nhalf'
+    path.write_bytes(text)
+    got = raw_source(reg, path).read(100)
+    assert [(r.key, r.after, r.before, r.operation.text) for r in got] == [
+        (b"1", b"hello world", None, "create"), (b"2", b"", None, "create"),
+        (b"3", b'{"not": "a record"}\r', None, "create"), (b"4", b"latin-1 \xe9", None, "create"),
+        (b"5", b"half", None, "create")]  # nxadm/tail (Follow, v1.4.11) sends the text after the last newline
+    assert [r.metadata for r in got] == [{"file.path": str(path)}] * 5
+    ends = [i + 1 for i, b in enumerate(text) if b == ord("\n")] + [len(text)]
+    assert [int(r.position) for r in got] == ends
+
+
+def test_raw_lines_resume_after_a_position_and_follow_the_file(reg, tmp_path):
+    path = tmp_path / "grow.txt"
+    path.write_bytes(b"a\nb\nc\n")
+    first = raw_source(reg, path).read(2)
+    src = raw_source(reg, path, position=first[-1].position)
+    got = src.read(10)
+    # Conduit's tail numbers lines from where it resumed: the key starts at 1 again
+    assert [(r.key, r.after, r.position) for r in got] == [(b"1", b"c", b"6")]
+    assert src.read(10) == []
+    with open(path, "ab") as f:
+        f.write(b"d")
+    assert [(r.key, r.after, r.position) for r in src.read(10)] == [(b"2", b"d", b"7")]  # as Conduit's tail
+    with open(path, "ab") as f:
+        f.write(b"\ne\n")
+    assert [(r.key, r.after) for r in src.read(10)] == [(b"3", b""), (b"4", b"e")]
+    src.teardown()
+
+
+def test_raw_lines_split_among_readers_cover_the_file_once(reg, tmp_path):
+    path = tmp_path / "big.txt"
+    lines = [f"line {i} " + "x" * (i % 37) for i in range(400)]
+    path.write_text("".join(line + "\n" for line in lines))
+    info = reg.connector("builtin:file")
+    planner = info.new_source()
+    planner.configure(info.validate("source", {"path": str(path), "partitions": "3", "split-size": "1000"}))
+    seen = []
+    for part in planner.partitions():
+        src = info.new_source()
+        src.configure(info.validate("source", {"path": str(path), "partitions": "3", "split-size": "1000"}))
+        src.open(None, part)
+        seen += [r.after.decode() for r in src.read(10_000)]
+    assert sorted(seen) == sorted(lines)
+
+
+def test_the_json_form_reader_is_selected_by_format(reg, tmp_path):
+    path = tmp_path / "records.jsonl"
+    records = generated(reg, 3)
+    destination(reg, path).write(records)
+    raw = raw_source(reg, path).read(10)
+    assert [r.after for r in raw] == path.read_bytes().splitlines()
+    typed = raw_source(reg, path, format="opencdc/json").read(10)
+    assert without_position(typed) == without_position(records)
+    with pytest.raises(ConfigError, match="format"):
+        reg.connector("builtin:file").validate("source", {"path": str(path), "format": "csv"})

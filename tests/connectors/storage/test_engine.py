@@ -40,7 +40,8 @@ def test_engine_round_trip_generator_storage_storage_file(spark, tmp_path, reque
         uri, extra = str(tmp_path / "lake"), {}
     lake = {"uri": uri, **FORMATS[fmt], **extra}
 
-    one = pipeline_file(tmp_path / "one.yaml", "to-lake", ("builtin:file", {"path": tmp_path / "in.jsonl"}),
+    one = pipeline_file(tmp_path / "one.yaml", "to-lake", ("builtin:file", {"path": tmp_path / "in.jsonl",
+                                                                             "format": "opencdc/json"}),
                         ("builtin:storage", lake), batch=120)
     written = run_until_idle(one, state)
     assert written.totals.total_written() == len(events)

@@ -38,6 +38,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: "{input}"
+          format: opencdc/json
       - id: lake
         type: destination
         plugin: builtin:storage
@@ -50,6 +51,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: "{input}"
+          format: opencdc/json
       - id: bus
         type: destination
         plugin: builtin:kafka

@@ -63,6 +63,7 @@ pipelines:
         plugin: builtin:file
         settings:
           path: "{src}"
+          format: opencdc/json
       - id: lake
         type: destination
         plugin: builtin:storage
