@@ -282,3 +282,70 @@ def test_the_state_dir_points_every_process_at_its_store(s3_state, monkeypatch):
     assert isinstance(store, ObjectSchemaStore)
     store.register("x", SCHEMA_A)
     assert state.store.exists("schemas/subjects/x/1.json")
+
+
+# -- a pipeline run with its state on the object store ---------------------------------------------
+RUN_PIPELINE = """\
+version: "2.2"
+pipelines:
+  - id: objstate
+    engine:
+      state-dir: {uri}
+      state-options:
+{options}
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          format.type: tidb
+          operations: create
+          recordCount: "1200"
+          partitions: "2"
+          seed: "7"
+      - id: lake
+        type: destination
+        plugin: storage
+        settings:
+          uri: {lake}
+          protocol: canal-json
+          enable-tidb-extension: "true"
+          date-separator: none
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_run_keeps_positions_and_schemas_on_the_object_store(spark, s3_state, tmp_path, caplog):
+    """generator (TiDB rows, whose table schemas go to the schema store) → storage lake, state on
+    S3: nothing is written beside the pipeline file, positions and schemas are objects, a second run
+    resumes from them, and the credentials appear nowhere."""
+    from cdcflow.engine.runner import run_files
+    from helpers.storage import read_all
+
+    uri, options = s3_state
+    options = dict(options, **{"s3.secret-access-key": "state-s3cr3t-value"})  # moto takes any secret
+    path = tmp_path / "p.yaml"
+    path.write_text(RUN_PIPELINE.format(uri=uri, lake=tmp_path / "lake", options="\n".join(
+        f'        {k}: "{v}"' for k, v in options.items())))
+    out = tmp_path / "summary.txt"
+    with open(out, "w") as f:
+        first = run_files([str(path)], until_idle=True, progress=False, out=f)
+    assert first.exit_code == 0, first.problems or first.failures
+    assert first.state_dir == uri and first.totals.total_read() == 1200
+    assert not (tmp_path / ".cdcflow").exists()
+    state = StateDir(uri, options)
+    for part in ("0", "1"):
+        assert state.load("objstate", "gen", part).position is not None
+    store = ObjectSchemaStore(uri + "/schemas", options)
+    assert store.subjects()  # the generator's table schemas, registered by the tasks
+    rows = [r for _, r in read_all({"uri": str(tmp_path / "lake"), "protocol": "canal-json",
+                                    "enable-tidb-extension": "true", "date-separator": "none"})]
+    assert len(rows) == 1200
+    assert _lease_doc(state)["released"] is True
+    with open(out, "a") as f:
+        second = run_files([str(path)], until_idle=True, progress=False, out=f)
+    assert second.exit_code == 0 and second.totals.total_read() == 0
+    text = out.read_text()
+    assert f"saved positions in {uri}" in text
+    assert "state-s3cr3t-value" not in text + caplog.text
