@@ -349,3 +349,65 @@ def test_a_run_keeps_positions_and_schemas_on_the_object_store(spark, s3_state, 
     text = out.read_text()
     assert f"saved positions in {uri}" in text
     assert "state-s3cr3t-value" not in text + caplog.text
+
+
+LEASE_PIPELINE = """\
+version: "2.2"
+engine:
+  state-dir: {uri}
+  state-lease: 3s
+  micro-batch-duration: 1s
+  state-options:
+{options}
+pipelines:
+  - id: leased
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          format.type: structured
+          format.options.id: int
+          rate: "200"
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {out}
+"""
+
+
+@pytest.mark.slow
+def test_a_run_whose_lease_is_taken_over_stops_naming_it(s3_state, tmp_path):
+    """`cdcflow run` (unbounded) stalls (SIGSTOP of its driver) past its 3 s lease; another run takes
+    the state over; resumed (SIGCONT), the first run stops on its own with exit 1, naming the state
+    URI and the run that took it, and leaves the new owner's lease alone."""
+    uri, options = s3_state
+    options = dict(options, **{"s3.secret-access-key": "lease-s3cr3t"})  # moto takes any secret
+    path = tmp_path / "p.yaml"
+    out = tmp_path / "out.jsonl"
+    path.write_text(LEASE_PIPELINE.format(uri=uri, out=out, options="\n".join(
+        f'    {k}: "{v}"' for k, v in options.items())))
+    proc = subprocess.Popen([sys.executable, "-m", "cdcflow.cli", "run", str(path), "--master", "local[1]"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    state = _state(s3_state)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and out.stat().st_size > 0):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGSTOP)  # the driver's Python process only: its lease renewal stalls
+        time.sleep(4)
+        with LeaseLock(state) as taker:
+            os.kill(proc.pid, signal.SIGCONT)
+            text, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 1, text[-3000:]
+            assert f"state {uri}: this run no longer owns the state" in text
+            assert f"taken over by run {taker.token}" in text
+            assert _lease_doc(state)["run"] == taker.token
+            assert "lease-s3cr3t" not in text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
