@@ -411,3 +411,15 @@ def test_a_run_whose_lease_is_taken_over_stops_naming_it(s3_state, tmp_path):
             os.killpg(proc.pid, signal.SIGCONT)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+
+
+def test_the_store_environment_configures_a_state_dir_without_options(s3_state, monkeypatch):
+    """No engine.state-options: the endpoint and credentials come from AWS_* as for any AWS client."""
+    uri, options = s3_state
+    monkeypatch.setenv("AWS_ENDPOINT_URL", options["s3.endpoint"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    bare = StateDir(uri)
+    bare.save("p", "s", "0", PartitionState(b"env"))
+    assert StateDir(uri, options).load("p", "s", "0").position == b"env"
