@@ -14,7 +14,7 @@ from typing import Callable, Mapping, TextIO
 
 from ..errors import CdcflowError, ConfigError, InfrastructureError, PluginNotFoundError
 from ..masking import mask_setting
-from ..objectstore import is_object_uri, secret_values
+from ..objectstore import is_object_uri
 from ..params import REDACTOR
 from ..pipeline.model import PipelineConfig
 from .driver import Driver
@@ -66,13 +66,12 @@ def default_state_dir(paths: list[str], cli: str | None, pipelines: list[Pipelin
 
 
 def _state(paths: list[str], cli: str | None, pipelines: list[PipelineConfig]) -> tuple[StateDir | None, list[str]]:
-    """The run's state directory with its object-store options (their secrets masked from now on),
+    """The run's state directory with its object-store options (``StateDir`` masks their secrets),
     or the problems that keep it from being one."""
     location = default_state_dir(paths, cli, pipelines)
     options: dict[str, str] = {}
     for p in pipelines:
         options = {**p.engine.state_options, **options}  # the first pipeline's value wins, like state-dir
-    REDACTOR.add(*secret_values(options))
     if options and not is_object_uri(str(location)):
         return None, [f"engine.state-options configure an object-store state directory; {location} is a local one"]
     try:

@@ -42,7 +42,8 @@ from typing import Callable, Mapping
 
 from ..durable import replace_file
 from ..errors import CdcflowError, InfrastructureError
-from ..objectstore import is_object_uri, normal_uri, open_prefix
+from ..objectstore import is_object_uri, normal_uri, open_prefix, secret_values
+from ..params import REDACTOR
 from .faults import state_fault
 
 log = logging.getLogger("cdcflow.engine.state")
@@ -124,6 +125,8 @@ class StateDir:
             from ..schemas import register_object_store
 
             register_object_store(str(self.schema_store_path), self.options)
+            if self.options:  # every process holding the state (driver, executors) masks its secrets
+                REDACTOR.add(*secret_values(self.options))
         else:
             self.root = Path(root).resolve()
 
