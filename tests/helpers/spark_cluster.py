@@ -1,7 +1,7 @@
 """A Spark standalone cluster started by a test: one master and workers, each worker with its own
 private temporary directory and working directory (so executors share no filesystem with the
-driver's state directory), and a way to kill a worker the hard way (the worker JVM, its executor
-JVM and the executor's Python workers, all with SIGKILL)."""
+driver's state directory), and a way to kill a worker the hard way (SIGKILL of the worker JVM and
+its executor JVM; their Python workers must end by themselves)."""
 
 from __future__ import annotations
 
@@ -116,19 +116,27 @@ class StandaloneCluster:
         return out
 
     def kill_worker(self, worker: int) -> list[int]:
-        """SIGKILL the worker JVM and every process below it (executor JVM, Python workers)."""
+        """SIGKILL the worker JVM and its executor JVMs, as a lost machine would end them; the
+        executor's Python daemon and workers must then end on their own (their JVM is gone) within
+        a few seconds, or this fails: an orphan still working would write beside the retried task."""
         proc = self.workers[worker]
-        victims = [proc.pid, *descendants(proc.pid)]
-        for pid in victims:
+        below = descendants(proc.pid)
+        jvms = [proc.pid, *self.executors(worker)]
+        for pid in jvms:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         proc.wait(30)
         deadline = time.monotonic() + 15
-        while any(_alive(p) for p in victims) and time.monotonic() < deadline:
+        while any(_alive(p) for p in below) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return victims
+        left = [p for p in below if _alive(p)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        if left:
+            raise AssertionError(f"processes of the killed worker outlived it: {left}")
+        return [proc.pid, *below]
 
     def wait_no_executors(self, timeout: float = 60) -> None:
         """Until no live worker runs an executor (after a driver was killed, the workers end its executors)."""
