@@ -214,7 +214,8 @@ def run_files(
         if resumed:
             outcome.summary += (
                 f"\n  nothing new to read: sources continue from their saved positions in {state.root}"
-                f" ({', '.join(map(str, resumed))}; delete that directory to start over)"
+                f" ({', '.join(map(str, resumed))}; delete that {'prefix' if state.remote else 'directory'}"
+                " to start over)"
             )
         else:
             outcome.summary += (

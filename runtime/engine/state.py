@@ -171,8 +171,8 @@ class StateDir:
         return self.root / SCHEMA_FILE
 
     @property
-    def stop_file(self) -> Path:
-        return self.root / STOP_FILE  # type: ignore[operator]
+    def stop_file(self) -> Path | str:
+        return f"{self.root}/{STOP_FILE}" if self.remote else self.root / STOP_FILE  # type: ignore[operator]
 
     def _relative(self, pipeline: str, source: str, partition: str) -> str:
         return f"positions/{_component(pipeline)}/{_component(source)}/{_component(partition)}.json"
