@@ -423,3 +423,34 @@ def test_the_store_environment_configures_a_state_dir_without_options(s3_state, 
     bare = StateDir(uri)
     bare.save("p", "s", "0", PartitionState(b"env"))
     assert StateDir(uri, options).load("p", "s", "0").position == b"env"
+
+
+def test_an_unreachable_state_store_fails_the_run_before_spark_starts(s3_state, tmp_path):
+    """Port 9 answers nothing: the run stops at once, naming the state URI, showing no credential."""
+    from cdcflow.engine.runner import EXIT_FAILED, run_files
+
+    uri, options = s3_state
+    dead = dict(options, **{"s3.endpoint": "http://127.0.0.1:9", "retries": "1", "connect-timeout": "1s",
+                            "s3.secret-access-key": "dead-s3cr3t"})
+    path = tmp_path / "p.yaml"
+    path.write_text(LEASE_PIPELINE.format(uri=uri, out=tmp_path / "out.jsonl", options="\n".join(
+        f'    {k}: "{v}"' for k, v in dead.items())))
+    started = time.monotonic()
+    outcome = run_files([str(path)], progress=False, out=open(os.devnull, "w"))
+    assert outcome.exit_code == EXIT_FAILED and outcome.startup_seconds == 0
+    assert time.monotonic() - started < 30
+    (failure,) = outcome.failures
+    assert failure.startswith("cannot start: state store:") and uri in failure and "127.0.0.1:9" in failure
+    assert "dead-s3cr3t" not in failure
+
+
+def test_a_state_uri_carrying_credentials_is_refused_without_showing_them(tmp_path):
+    from cdcflow.engine.runner import EXIT_INVALID, run_files
+
+    path = tmp_path / "p.yaml"
+    path.write_text(LEASE_PIPELINE.format(uri="s3://b/p", out=tmp_path / "o.jsonl", options="    {}"))
+    outcome = run_files([str(path)], state_dir="s3://AKIA:uri-s3cr3t@bucket/prefix", progress=False,
+                        out=open(os.devnull, "w"))
+    assert outcome.exit_code == EXIT_INVALID
+    (problem,) = outcome.problems
+    assert "takes no user, password, query" in problem and "uri-s3cr3t" not in problem
