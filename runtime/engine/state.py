@@ -373,15 +373,19 @@ class LeaseLock:
         renewed = time.time()
         while not self._stop.wait(self.lease / 3):
             try:
-                if not self.state.store.put_version(LOCK_FILE, self._doc(), self._version):
-                    data, _ = self.state.store.read_versioned(LOCK_FILE)
-                    raise _LeaseLost(f"taken over by {_describe_holder(_holder(data))}" if data
-                                     else "lease object deleted")
-                self._confirm()
+                if self.state.store.put_version(LOCK_FILE, self._doc(), self._version):
+                    self._confirm()
+                else:
+                    data, version = self.state.store.read_versioned(LOCK_FILE)
+                    if _holder(data).get("run") != self.token:
+                        raise _LeaseLost(f"taken over by {_describe_holder(_holder(data))}" if data
+                                         else "lease object deleted")
+                    self._version = version  # an earlier renewal landed but its answer was lost
                 renewed = time.time()
             except _LeaseLost as e:
                 return self._lose(f"its lease {self._where()} was {e}")
-            except CdcflowError as e:  # an outage: retried at the next beat, lost once the lease ran out
+            except Exception as e:  # noqa: BLE001 - an outage (or any surprise) must not end the renewals:
+                # retried at the next beat, lost once the lease ran out
                 if time.time() - renewed >= self.lease:
                     return self._lose(f"its lease {self._where()} could not be renewed for {self.lease:g}s: {e}")
                 log.warning("state %s: lease renewal failed (retrying): %s", self.state.root, e)
