@@ -19,6 +19,7 @@ from collections import defaultdict
 import pytest
 
 from cdcflow.engine.state import StateDir
+from cdcflow.schemas import ObjectSchemaStore
 from helpers.engine import REPO
 from helpers.kafka import ORDERS, create_topic, make_destination, raw_messages, record, row, tso
 from helpers.spark_cluster import StandaloneCluster
@@ -171,6 +172,10 @@ def test_cluster_without_shared_filesystem_survives_driver_and_worker_kills(
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(30)
         cluster.stop()
+
+    # the executors kept state and schemas on the object store only: nothing of it on local disks
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("positions", "schemas.sqlite", "run.lock", ".cdcflow")]
+    assert ObjectSchemaStore(state_uri + "/schemas", s3).subjects()  # registered by the executors' tasks
 
     # every produced row at least once; per Kafka partition, rows first appear in produced order
     partition_of = {}
