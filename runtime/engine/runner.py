@@ -153,6 +153,8 @@ def run_files(
     except InfrastructureError as e:  # a read-only or full state directory, an unreachable store: named
         return RunOutcome(EXIT_FAILED, failures=[REDACTOR.redact(f"cannot start: state store: {describe(e)}")],
                           state_dir=state.root)
+    except ConfigError as e:  # the store's file system is not installed (gcsfs, adlfs)
+        return RunOutcome(EXIT_INVALID, problems=[REDACTOR.redact(f"state {state.root}: {e}")], state_dir=state.root)
     with lock:
         file_master = next((p.engine.master for p in selected if p.engine.master), None)
         spark_conf: dict[str, str] = {}

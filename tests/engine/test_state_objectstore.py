@@ -3,6 +3,7 @@ the stop request, the run lease (``run.lock``) and the schema store, without a s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -454,3 +455,15 @@ def test_a_state_uri_carrying_credentials_is_refused_without_showing_them(tmp_pa
     assert outcome.exit_code == EXIT_INVALID
     (problem,) = outcome.problems
     assert "takes no user, password, query" in problem and "uri-s3cr3t" not in problem
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None, reason="needs gcsfs absent")
+def test_a_store_whose_file_system_is_not_installed_is_a_usage_problem(tmp_path):
+    from cdcflow.engine.runner import EXIT_INVALID, run_files
+
+    path = tmp_path / "p.yaml"
+    path.write_text(LEASE_PIPELINE.format(uri="gs://b/p", out=tmp_path / "o.jsonl", options="    {}"))
+    outcome = run_files([str(path)], progress=False, out=open(os.devnull, "w"))
+    assert outcome.exit_code == EXIT_INVALID
+    (problem,) = outcome.problems
+    assert problem.startswith("state gs://b/p:") and "gcsfs" in problem
