@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--until-idle", action="store_true",
                    help="stop once the sources have nothing more to give now (bounded: when they end)")
     p.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on this port")
-    p.add_argument("--state-dir", metavar="DIR", help="positions and schemas (default: .cdcflow/ beside the first file)")
+    p.add_argument("--state-dir", metavar="DIR", help="positions and schemas: a directory, or an object-store URI "
+                   "(s3://, gs://, azure://) for a cluster (default: .cdcflow/ beside the first file)")
     p.set_defaults(func=_run_command)
 
 

@@ -14,6 +14,7 @@ from typing import Callable, Mapping, TextIO
 
 from ..errors import CdcflowError, ConfigError, InfrastructureError, PluginNotFoundError
 from ..masking import mask_setting
+from ..objectstore import is_object_uri
 from ..params import REDACTOR
 from ..pipeline.model import PipelineConfig
 from .driver import Driver
@@ -21,7 +22,7 @@ from .faults import NodeError, describe
 from .plan import Limits, RunContext, plan_partitions
 from .progress import ProgressDisplay, Totals, summary
 from .spark.session import parse_conf_pairs, resolve_master, ship_plugins, start_session
-from .state import RunLock, StateDir
+from .state import DEFAULT_LEASE, StateDir, run_lock
 
 log = logging.getLogger("cdcflow.engine")
 
@@ -35,7 +36,7 @@ class RunOutcome:
     problems: list[str] = field(default_factory=list)  # validation problems (exit 2)
     failures: list[str] = field(default_factory=list)  # pipeline failures (exit 1)
     totals: Totals | None = None
-    state_dir: Path | None = None
+    state_dir: Path | str | None = None  # a local directory, or an object-store URI
     outputs: list[str] = field(default_factory=list)
     startup_seconds: float = 0.0
     interrupted: bool = False
@@ -52,14 +53,31 @@ def _validation_problems(paths: list[str], env: Mapping[str, str] | None, regist
     return result.pipelines, [str(p) for p in result.problems]
 
 
-def default_state_dir(paths: list[str], cli: str | None, pipelines: list[PipelineConfig]) -> Path:
-    """``--state-dir`` > the first pipeline's ``engine.state-dir`` > ``.cdcflow/`` beside the first file."""
+def default_state_dir(paths: list[str], cli: str | None, pipelines: list[PipelineConfig]) -> Path | str:
+    """``--state-dir`` > the first pipeline's ``engine.state-dir`` > ``.cdcflow/`` beside the first file.
+
+    An object-store URI (``s3://bucket/prefix``...) is returned as it is (a ``str``)."""
     if cli:
-        return Path(cli)
+        return cli if is_object_uri(cli) else Path(cli)
     for p in pipelines:
         if p.engine.state_dir:
-            return Path(p.engine.state_dir)
+            return p.engine.state_dir if is_object_uri(p.engine.state_dir) else Path(p.engine.state_dir)
     return Path(paths[0]).resolve().parent / DEFAULT_STATE_DIR
+
+
+def _state(paths: list[str], cli: str | None, pipelines: list[PipelineConfig]) -> tuple[StateDir | None, list[str]]:
+    """The run's state directory with its object-store options (``StateDir`` masks their secrets),
+    or the problems that keep it from being one."""
+    location = default_state_dir(paths, cli, pipelines)
+    options: dict[str, str] = {}
+    for p in pipelines:
+        options = {**p.engine.state_options, **options}  # the first pipeline's value wins, like state-dir
+    if options and not is_object_uri(str(location)):
+        return None, [f"engine.state-options configure an object-store state directory; {location} is a local one"]
+    try:
+        return StateDir(location, options), []
+    except ConfigError as e:  # a URI carrying credentials or naming no bucket
+        return None, [REDACTOR.redact(str(e))]
 
 
 def _outputs(pipelines: list[PipelineConfig]) -> list[str]:
@@ -125,12 +143,18 @@ def run_files(
     if not selected:
         return RunOutcome(EXIT_INVALID, problems=["no pipeline to run (every selected pipeline has status stopped)"])
 
-    state = StateDir(default_state_dir(paths, state_dir, selected))
+    state, problems = _state(paths, state_dir, selected)
+    if state is None:
+        return RunOutcome(EXIT_INVALID, problems=problems)
     outcome = RunOutcome(EXIT_OK, state_dir=state.root, outputs=_outputs(selected))
+    lease = next((p.engine.state_lease for p in selected if p.engine.state_lease), DEFAULT_LEASE)
     try:
-        lock = RunLock(state.create()).__enter__()
-    except InfrastructureError as e:  # a read-only or full state directory: named by its path
-        return RunOutcome(EXIT_FAILED, failures=[f"cannot start: state store: {describe(e)}"], state_dir=state.root)
+        lock = run_lock(state.create(), lease).__enter__()
+    except InfrastructureError as e:  # a read-only or full state directory, an unreachable store: named
+        return RunOutcome(EXIT_FAILED, failures=[REDACTOR.redact(f"cannot start: state store: {describe(e)}")],
+                          state_dir=state.root)
+    except ConfigError as e:  # the store's file system is not installed (gcsfs, adlfs)
+        return RunOutcome(EXIT_INVALID, problems=[REDACTOR.redact(f"state {state.root}: {e}")], state_dir=state.root)
     with lock:
         file_master = next((p.engine.master for p in selected if p.engine.master), None)
         spark_conf: dict[str, str] = {}
@@ -171,6 +195,9 @@ def run_files(
             )
             if on_driver is not None:
                 on_driver(driver)
+            lock.on_lost = lambda _why: driver.request_stop()  # another run took the state over
+            if lock.lost:
+                driver.request_stop()
             loop = driver.run()
             _teardown_executors(session.context)
         finally:
@@ -180,14 +207,17 @@ def run_files(
                 session.stop()
     outcome.totals = loop.totals
     outcome.failures = [REDACTOR.redact(f) for f in loop.failures]
+    if lock.lost:
+        outcome.failures.append(REDACTOR.redact(lock.lost))
     outcome.interrupted = loop.interrupted
-    outcome.exit_code = EXIT_FAILED if loop.failures else EXIT_OK
+    outcome.exit_code = EXIT_FAILED if outcome.failures else EXIT_OK
     outcome.summary = summary(loop.totals, outcome.outputs, outcome.failures, outcome.startup_seconds)
     if loop.totals.total_read() == 0 and not loop.failures:
         if resumed:
             outcome.summary += (
                 f"\n  nothing new to read: sources continue from their saved positions in {state.root}"
-                f" ({', '.join(map(str, resumed))}; delete that directory to start over)"
+                f" ({', '.join(map(str, resumed))}; delete that {'prefix' if state.remote else 'directory'}"
+                " to start over)"
             )
         else:
             outcome.summary += (

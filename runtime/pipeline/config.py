@@ -534,10 +534,35 @@ def _engine_batch_size(parser: _FileParser, node: Node, engine: EngineConfig, wh
 
 
 def _engine_state_dir(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    from ..errors import ConfigError
+    from ..objectstore import is_object_uri, normal_uri
+
     value = parser.text(node, what)
-    if value:
+    if value and is_object_uri(value):
+        try:
+            engine.state_dir = normal_uri(value)
+        except ConfigError as e:
+            parser.problem(node, f"{what}: {e}")
+    elif value:
         # relative to the pipeline file, like every default cdcflow derives from it
         engine.state_dir = str(Path(parser.file_dir, os.path.expanduser(value)))
+
+
+def _engine_state_options(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    from ..objectstore import check_options
+
+    options = parser.string_map(node, what)
+    for problem in check_options(options):
+        parser.problem(node, f"{what}: {problem}")
+    engine.state_options.update(options)
+
+
+def _engine_state_lease(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
+    seconds = _engine_seconds(parser, node, what)
+    if seconds is not None and seconds < 3:
+        parser.problem(node, f"{what} must be at least 3s (renewed every third of it), got {seconds:g}s")
+    elif seconds is not None:
+        engine.state_lease = seconds
 
 
 def _engine_max_retries(parser: _FileParser, node: Node, engine: EngineConfig, what: str) -> None:
@@ -577,6 +602,8 @@ _ENGINE_KEYS: dict[str, Callable[[_FileParser, Node, EngineConfig, str], None]] 
     "micro-batch-duration": _engine_micro_batch_duration,
     "batch-size": _engine_batch_size,
     "state-dir": _engine_state_dir,
+    "state-options": _engine_state_options,
+    "state-lease": _engine_state_lease,
     # Conduit's pipelines.error-recovery.* names; max-elapsed is Kafka Connect's errors.retry.timeout
     "error-recovery.max-retries": _engine_max_retries,
     "error-recovery.min-delay": _engine_retry_seconds("retry_min_delay"),
@@ -587,7 +614,7 @@ _ENGINE_KEYS: dict[str, Callable[[_FileParser, Node, EngineConfig, str], None]] 
 
 
 def _copy_engine(e: EngineConfig) -> EngineConfig:
-    return dataclasses.replace(e, conf=dict(e.conf))
+    return dataclasses.replace(e, conf=dict(e.conf), state_options=dict(e.state_options))
 
 
 def _is_null(node: Node) -> bool:

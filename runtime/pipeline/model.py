@@ -66,7 +66,9 @@ class EngineConfig:
     trigger_interval: float = 1.0  # seconds between micro-batches of unbounded sources
     micro_batch_duration: float | None = None  # seconds a task works per micro-batch (engine default if None)
     batch_size: int = 10_000  # records per read/transform/write batch
-    state_dir: str | None = None  # default: .cdcflow/ beside the pipeline file
+    state_dir: str | None = None  # default: .cdcflow/ beside the pipeline file; or an object-store URI
+    state_options: dict[str, str] = field(default_factory=dict)  # the object store's settings (secrets masked)
+    state_lease: float | None = None  # seconds an object-store run lease lasts unrenewed (default 30)
     # error recovery: a batch failed by an outage (InfrastructureError) is retried with
     # exponential backoff, then the pipeline stops (docs/reliability.md)
     retry_max_retries: int = 10  # -1: no limit (then only retry_max_elapsed bounds it)

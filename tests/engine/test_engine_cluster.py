@@ -6,16 +6,13 @@ ship it to the executors (zip of the package + its .dist-info)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
 from helpers.engine import PLUGIN_PKG, PYTHON, REPO, write_pipeline
+from helpers.spark_cluster import StandaloneCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -59,58 +56,15 @@ py-modules = ["cdcflow_upper"]
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[1]} exited: {path.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {text!r}: {path.read_text(errors='replace')[-2000:]}")
-
-
 @pytest.fixture
 def standalone_cluster(tmp_path):
-    import pyspark
-
-    spark_home = Path(pyspark.__file__).parent
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["SPARK_HOME"] = str(spark_home)
-    env["PYSPARK_PYTHON"] = sys.executable
-    port = _free_port()
-    master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
-    procs = []
+    cluster = StandaloneCluster(tmp_path)
     try:
-        with open(master_log, "w") as out:
-            procs.append(subprocess.Popen(
-                [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
-                 "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port())],
-                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        _wait_for(master_log, "I have been elected leader", procs[0], 90)
-        url = f"spark://127.0.0.1:{port}"
-        with open(worker_log, "w") as out:
-            procs.append(subprocess.Popen(
-                [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", url,
-                 "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()),
-                 "--work-dir", str(tmp_path / "work")],
-                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-        _wait_for(worker_log, "Successfully registered with master", procs[1], 90)
-        yield url, env
+        url = cluster.start_master()
+        cluster.add_worker(cores=2, memory="1g", private=False)
+        yield url, cluster.env
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        cluster.stop()
 
 
 def test_pipeline_on_standalone_cluster_with_shipped_third_party_transform(tmp_path, standalone_cluster):

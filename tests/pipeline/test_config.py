@@ -244,8 +244,8 @@ def test_unknown_keys_are_warnings_except_in_the_engine_section(tmp_path):
     """
     assert problems_of(tmp_path, text) == [
         "F:18: pipeline 'p'.engine: unknown key 'trigger_interval' (known: master, conf, trigger-interval, "
-        "micro-batch-duration, batch-size, state-dir, error-recovery.max-retries, error-recovery.min-delay, "
-        "error-recovery.max-delay, error-recovery.backoff-factor, error-recovery.max-elapsed)",
+        "micro-batch-duration, batch-size, state-dir, state-options, state-lease, error-recovery.max-retries, "
+        "error-recovery.min-delay, error-recovery.max-delay, error-recovery.backoff-factor, error-recovery.max-elapsed)",
     ]
     path = write(tmp_path, "w.yaml", text)
     result = load_files([path], env={})
@@ -485,3 +485,46 @@ def test_conduit_env_vars_file(tmp_path):
     assert result.pipelines[0].connectors[0].settings == {
         "aws.secret": "my-aws-secret", "aws.key": "", "aws.url": "my/aws-url/url"}
     assert [w.line for w in result.warnings] == [14]
+
+
+def test_object_store_state_settings(tmp_path):
+    """engine.state-dir may be an object-store URI (kept as written, not joined to the file's
+    directory); its options are the storage connector's object-store settings; the lease has a floor."""
+    good = """
+    version: 2.2
+    engine:
+      state-dir: s3://bucket/prefix/
+      state-options:
+        s3.endpoint: http://127.0.0.1:9000
+        s3.secret-access-key: ${SECRET}
+      state-lease: 10s
+    pipelines:
+      - id: p
+        connectors:
+          - {id: a, type: source, plugin: generator}
+          - {id: b, type: destination, plugin: log}
+    """
+    result = load_files([write(tmp_path, "g.yaml", good)], env={"SECRET": "s"})
+    assert result.problems == []
+    engine = result.pipelines[0].engine
+    assert engine.state_dir == "s3://bucket/prefix"
+    assert engine.state_options == {"s3.endpoint": "http://127.0.0.1:9000", "s3.secret-access-key": "s"}
+    assert engine.state_lease == 10.0
+    bad = """
+    version: 2.2
+    engine:
+      state-dir: s3://key:secret@bucket/prefix?endpoint=x
+      state-options:
+        s3.endpiont: http://127.0.0.1:9000
+      state-lease: 1s
+    pipelines:
+      - id: p
+        connectors:
+          - {id: a, type: source, plugin: generator}
+          - {id: b, type: destination, plugin: log}
+    """
+    problems = [str(p) for p in load_files([write(tmp_path, "b.yaml", bad)], env={}).problems]
+    assert len(problems) == 3, problems
+    assert "takes no user, password, query" in problems[0] and "secret" not in problems[0]
+    assert "s3.endpiont" in problems[1] and "s3.endpoint" in problems[1]
+    assert "state-lease must be at least 3s" in problems[2]

@@ -114,7 +114,7 @@ class SessionInfo:
 
 def base_conf(state: StateDir, master: str) -> dict[str, str]:
     """What every cdcflow session needs; user conf may override any of it."""
-    log4j = state.root / "log4j2.properties"
+    log4j = state.local_dir / "log4j2.properties"
     if not log4j.exists() or log4j.read_text() != _LOG4J2:
         log4j.write_text(_LOG4J2)
     java_opts = f"-Dlog4j2.configurationFile={log4j}"
@@ -182,4 +182,4 @@ def _new_context(master: str, settings: dict[str, str], archive: ArchivePlan | N
 def ship_plugins(info: SessionInfo, state: StateDir) -> list[Path]:
     from .ship import ship_plugins as _ship
 
-    return _ship(info.context, state.root / "ship")
+    return _ship(info.context, state.local_dir / "ship")
