@@ -76,6 +76,11 @@ _MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
 MAX_DECIMAL_EXPONENT = MAX_INT_DIGITS
 
 
+class EvaluationError(Exception):
+    """A function of the language failed for one record with a message meant for the user (Go's
+    ``error calling eq: ...``); reported as the record's ExpressionError as it is."""
+
+
 class LimitExceeded(ArithmeticError):
     """One operation of an expression would pass a limit; reported as the record's ExpressionError."""
 
@@ -478,6 +483,46 @@ def _joined(parts: list[Any]) -> str:
     return "".join(texts)
 
 
+# -- nodes another syntax's translator hands to _Compiler (Go templates: cdcflow.gotemplate) ----------
+
+
+class Bound(ast.expr):
+    """A value (function, constant) the generated code reaches through a bound name."""
+
+    _fields = ("value",)
+
+
+class Local(ast.expr):
+    """A local name of the generated code: the record ``r``, a template variable, a range element."""
+
+    _fields = ("id",)
+
+
+class Assign(ast.expr):
+    """``(name := value)``: a template variable declared or assigned inside the expression."""
+
+    _fields = ("id", "value")
+
+
+class RecordAttr(ast.expr):
+    """``r.<attr>``: one part of the record (``after``, ``metadata``...), read directly."""
+
+    _fields = ("attr",)
+
+
+class MapGet(ast.expr):
+    """``t.get(key, default) if type(t := value) is dict else fallback(t, key)``: a field read whose
+    miss and non-map behaviour the other syntax chooses (Go: ``<no value>``, errors on null)."""
+
+    _fields = ("value", "key", "default", "fallback")
+
+
+class Function(ast.expr):
+    """``lambda params: body`` (a Go ``range`` body, evaluated once per element)."""
+
+    _fields = ("params", "body")
+
+
 class _Compiler:
     """Translates a checked expression tree into a Python expression tree over one record.
 
@@ -520,6 +565,33 @@ class _Compiler:
         if value is None or type(value) in (bool, int, float):
             return ast.Constant(value)
         return self.bind(value)
+
+    def _Bound(self, node: Bound) -> ast.expr:
+        return self.bind(node.value)
+
+    def _Local(self, node: Local) -> ast.expr:
+        return ast.Name(node.id, ast.Load())
+
+    def _RecordAttr(self, node: RecordAttr) -> ast.expr:
+        return self.attr_of_record(node.attr)
+
+    def _Assign(self, node: Assign) -> ast.expr:
+        return ast.NamedExpr(ast.Name(node.id, ast.Store()), self.expr(node.value))
+
+    def _MapGet(self, node: MapGet) -> ast.expr:
+        t = self.temp()
+        test = ast.Compare(
+            ast.Call(self.bind(type), [ast.NamedExpr(ast.Name(t, ast.Store()), self.expr(node.value))], []),
+            [ast.Is()], [self.bind(dict)],
+        )
+        key = self.expr(node.key)
+        get = ast.Call(ast.Attribute(ast.Name(t, ast.Load()), "get", ast.Load()), [key, self.expr(node.default)], [])
+        return ast.IfExp(test, get, ast.Call(self.expr(node.fallback), [ast.Name(t, ast.Load()), key], []))
+
+    def _Function(self, node: Function) -> ast.expr:
+        params = [ast.arg(p) for p in node.params]
+        args = ast.arguments(posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=[])
+        return ast.Lambda(args, self.expr(node.body))
 
     def _Name(self, node: ast.Name) -> ast.expr:
         name = node.id
@@ -700,6 +772,8 @@ class Expression:
         """The ExpressionError one record's failure ``e`` is reported as."""
         if isinstance(e, ExpressionError):
             return e
+        if isinstance(e, EvaluationError):
+            return ExpressionError(self.text, str(e))
         if isinstance(e, LimitExceeded):
             return ExpressionError(self.text, f"limit exceeded: {e}")
         if isinstance(e, simpleeval.InvalidExpression):
@@ -736,13 +810,22 @@ class Condition:
 
     __slots__ = ("text", "_expr", "_always_bool")
 
-    def __init__(self, expr: Expression):
+    def __init__(self, expr: Expression, always_bool: bool | None = None):
         self._expr = expr
         self.text = expr.text
-        self._always_bool = _always_bool(expr._tree)
+        self._always_bool = _always_bool(expr._tree) if always_bool is None else always_bool
 
     @classmethod
     def compile(cls, text: str) -> "Condition":
+        """A condition holding ``{{`` is Conduit's Go template, rendered and read as a bool (Go's
+        ``strconv.ParseBool``); otherwise it is a cdcflow expression that must give a bool."""
+        if "{{" in text:
+            from . import gofuncs, gotemplate
+
+            body, boolean = gotemplate.translate(text)
+            if boolean is None:  # render, then read the text as Conduit does
+                boolean = ast.Call(Bound(gofuncs.parse_bool), [body], [])
+            return cls(Expression(text, boolean), always_bool=True)
         return cls(Expression.compile(text))
 
     @property
@@ -825,6 +908,15 @@ class Template:
 
     @classmethod
     def compile(cls, text: str) -> "Template":
+        """Conduit's Go ``text/template`` when ``gotemplate.is_go_template`` says so (docs/expressions.md,
+        "Which syntax"), else cdcflow's ``{{ expression }}`` placeholders."""
+        from . import gotemplate
+
+        if gotemplate.is_go_template(text):
+            body, _ = gotemplate.translate(text)
+            if isinstance(body, ast.Constant):  # only text (and comments): a constant
+                return cls(text, [body.value] if body.value else [])
+            return cls(text, [Expression(text, body)])
         parts: list[str | Expression] = []
         pos = 0
         while True:
@@ -852,6 +944,11 @@ class Template:
     @property
     def is_literal(self) -> bool:
         return not any(isinstance(p, Expression) for p in self._parts)
+
+    @property
+    def constant(self) -> str:
+        """The text of a literal template (Go's trim markers and comments already applied)."""
+        return "".join(p for p in self._parts if type(p) is str)
 
     def render(self, record: Record) -> str:
         single = self._single

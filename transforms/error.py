@@ -44,7 +44,7 @@ class Error(Transform):
     def process(self, records: Sequence[Record]) -> list[Result]:
         message = self._message
         if message.is_literal:
-            return [Failed(message.text)] * len(records)
+            return [Failed(message.constant)] * len(records)
         out: list[Result] = []
         for r in records:
             try:

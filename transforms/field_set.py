@@ -65,7 +65,7 @@ class FieldSet(Transform):
         setter = self._field.set
         template = self._value
         if template.is_literal:
-            constant = template.text
+            constant = template.constant
             for r in records:
                 try:
                     setter(r, constant)

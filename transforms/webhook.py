@@ -101,7 +101,7 @@ class WebhookHTTP(Transform):
         if not self._url.is_literal:
             return
         try:
-            httpx.URL(self._url.text)
+            httpx.URL(self._url.constant)
         except Exception as e:  # noqa: BLE001 - httpx raises several types for a bad URL
             raise ConfigError(plugin, "request.url", "url", f"invalid URL: {e}") from None
 
