@@ -842,6 +842,32 @@ def _has_suffix(suffix: Any, s: Any) -> bool:
     return _s("hasSuffix", s).endswith(_s("hasSuffix", suffix))
 
 
+def _arith(name: str, op: Callable[[int, int], int]) -> Callable[..., int]:
+    """sprig's integer arithmetic (``add``, ``mod``...): arguments converted like ``int``, int64 results."""
+
+    def fn(*args: Any) -> int:
+        values = [_to_int(a) for a in args]
+        out = values[0]
+        for v in values[1:]:
+            if name in ("div", "mod") and v == 0:
+                raise GoExecError(f"error calling {name}: integer divide by zero")
+            out = op(out, v)
+        if out.bit_length() > 64:
+            raise LimitExceeded(f"{name}'s result passes int64")
+        return out
+
+    return fn
+
+
+def _go_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)  # Go truncates toward zero
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _go_mod(a: int, b: int) -> int:
+    return a - b * _go_div(a, b)
+
+
 def _list(*items: Any) -> list[Any]:
     return [_nil(i) for i in items]
 
@@ -887,6 +913,11 @@ FUNCTIONS: dict[str, GoFunc] = {
     "atoi": _f(_atoi, 1), "int": _f(_to_int, 1), "int64": _f(_to_int, 1), "float64": _f(_to_float, 1),
     "list": _f(_list, 0, None), "dict": _f(_dict, 0, None), "get": _f(_get, 2), "set": _f(_set, 3),
     "typeIs": _f(_type_is, 2, returns_bool=True), "typeOf": _f(lambda v: type_name(_nil(v)), 1),
+    # sprig: integer math
+    "add": _f(_arith("add", lambda a, b: a + b), 1, None), "sub": _f(_arith("sub", lambda a, b: a - b), 2),
+    "mul": _f(_arith("mul", lambda a, b: a * b), 1, None), "div": _f(_arith("div", _go_div), 2),
+    "mod": _f(_arith("mod", _go_mod), 2), "add1": _f(lambda a: _to_int(a) + 1, 1),
+    "max": _f(_arith("max", max), 1, None), "min": _f(_arith("min", min), 1, None),
     # sprig: time
     "now": _f(_now, 0), "date": _f(_date, 2), "unixEpoch": _f(_unix_epoch, 1),
 }
