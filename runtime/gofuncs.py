@@ -92,7 +92,7 @@ def type_name(value: Any) -> str:
 
 
 def go_float(x: float) -> str:
-    """``strconv.FormatFloat(x, 'g', -1, 64)``: shortest digits, exponent form below 1e-4 or from 1e21."""
+    """``strconv.FormatFloat(x, 'g', -1, 64)``: shortest digits, exponent form below 1e-4 or from 1e6 (fmt's %v)."""
     if x != x:
         return "NaN"
     if x in (float("inf"), float("-inf")):
@@ -104,7 +104,7 @@ def go_float(x: float) -> str:
     e = point - 1
     if text == "0":
         return "-0" if sign else "0"
-    if e < -4 or e >= 21:
+    if e < -4 or e >= 6:  # with the shortest digits Go decides at precision 6
         mant = text[0] + ("." + text[1:] if len(text) > 1 else "")
         out = f"{mant}e{'-' if e < 0 else '+'}{abs(e):02d}"
     elif point <= 0:

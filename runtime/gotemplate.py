@@ -695,22 +695,44 @@ def translate(text: str) -> tuple[ast.expr, ast.expr | None]:
 
 
 _TRIM = re.compile(r"\{\{-[ \t\r\n]|[ \t\r\n]-\}\}")
-_GO_START = re.compile(r"\{\{[ \t\r\n]*\(*[ \t\r\n]*(?P<head>[.$]|/\*|[A-Za-z_][A-Za-z0-9_]*)(?P<after>.?)", re.S)
+_HEAD = re.compile(r"[ \t\r\n(]*(?P<head>[.$`]|/\*|[A-Za-z_][A-Za-z0-9_]*)(?P<gap>[ \t\r\n]*)(?P<next>.?)", re.S)
+_PIPED_FUNCTION = re.compile(r"\|[ \t\r\n]*(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:[ \t\r\n]|$)")
+#: words that may start an expression of cdcflow's older syntax (Python's)
+_PYTHON_WORDS = frozenset({"not", "lambda", "None", "True", "False"})
 
 
 def is_go_template(text: str) -> bool:
     """Whether a templated setting is Go ``text/template`` (Conduit's) rather than cdcflow's older
-    ``{{ expression }}`` syntax: some action starts with ``.``, ``$``, a comment, a ``{{-`` trim
-    marker, a Go keyword (``if``, ``range``, ``end``...) or a Go template function followed by a
-    space, ``}}`` or ``)`` (``{{ upper .x }}``; ``{{ upper(x) }}`` is cdcflow's call syntax)."""
+    ``{{ expression }}`` syntax. It is Go when an action uses a ``{{-``/``-}}`` trim marker, a comment
+    or a raw string, starts with ``.``, ``$`` or a Go keyword (``if``, ``range``, ``end``...), pipes
+    into a Go function (``| upper``), or starts with a word followed by a space and an operand
+    (``upper .x``, ``printf "%s" ...``) or by nothing (``{{ now }}``): cdcflow's calls are ``f(x)``."""
     if _TRIM.search(text):
         return True
-    for m in _GO_START.finditer(text):
-        head, after = m.group("head"), m.group("after")
-        if head in (".", "$", "/*"):
+    start = text.find("{{")
+    while start >= 0:
+        end = text.find("}}", start + 2)
+        inner = text[start + 2:] if end < 0 else text[start + 2:end]
+        start = text.find("{{", start + 2)
+        if "`" in inner:
             return True
-        if head in _KEYWORDS or head == "nil":
+        for m in _PIPED_FUNCTION.finditer(inner):
+            if m.group("name") in FUNCTIONS:
+                return True
+        m = _HEAD.match(inner)
+        if not m:
+            continue
+        head, gap, nxt = m.group("head"), m.group("gap"), m.group("next")
+        if head in (".", "$", "/*") or head in _KEYWORDS or head == "nil":
             return True
-        if head in FUNCTIONS and (after in (" ", "\t", "\n", "}", ")", "-", "|") or after == ""):
-            return True
+        if head in _PYTHON_WORDS:
+            if gap and nxt in (".", "$"):
+                return True
+            continue
+        if not gap and nxt == "":
+            if head in FUNCTIONS:  # {{ now }}
+                return True
+        elif gap and (nxt == "" or nxt == ")" or nxt in ".$\"'(" or nxt.isalnum() or nxt == "_"):
+            if head in FUNCTIONS or (nxt and nxt in ".$\"'"):
+                return True
     return False
