@@ -22,14 +22,14 @@ class Error(Transform):
     summary = "Returns an error for all records that get passed to the processor."
     description = (
         "Fails every record it receives with `message`, a template evaluated per record (e.g. "
-        "`custom error message with data from record: {{ Metadata.foo }}`). The record is nacked and goes to "
+        "`custom error message with data from record: {{.Metadata.foo}}`). The record is nacked and goes to "
         "the dead-letter queue. Give it a `condition` to fail only some records."
     )
     author = "cdcflow"
     parameters = {
         "message": Parameter(
             ParamType.STRING, default="error processor triggered",
-            description="Error message template, e.g. bad record {{ Key.id }}.",
+            description="Error message template, e.g. bad record {{ .Key.id }}.",
         ),
         **SCHEMA_PARAMETERS,
     }

@@ -32,7 +32,8 @@ class FieldSet(Transform):
     summary = "Set the value of a certain field."
     description = (
         "Sets `field` (a field reference such as .Payload.After.name or .Metadata[\"k\"]) to `value`, "
-        "a template whose {{ expression }} placeholders are evaluated per record (see docs/expressions.md). "
+        "a Go template evaluated per record, as in Conduit (e.g. {{ .Payload.After.name | upper }}; "
+        "cdcflow's older {{ expression }} syntax also works, see docs/expressions.md). "
         "The result is text, as in Conduit. Setting .Position is not allowed."
     )
     author = "cdcflow"
@@ -43,7 +44,7 @@ class FieldSet(Transform):
         ),
         "value": Parameter(
             ParamType.STRING, required=True,
-            description="Template evaluated per record, e.g. {{ upper(Payload.After.name) }}.",
+            description="Template evaluated per record, e.g. {{ .Payload.After.name | upper }}.",
         ),
         **SCHEMA_PARAMETERS,
     }
