@@ -895,7 +895,8 @@ FUNCTIONS: dict[str, GoFunc] = {
     "printf": _f(printf, 1, None), "println": _f(go_println, 0, None), "html": _f(html, 0, None),
     "js": _f(js, 0, None), "urlquery": _f(urlquery, 0, None),
     # sprig: text
-    "upper": _f(lambda s: _s("upper", s).upper(), 1), "lower": _f(lambda s: _s("lower", s).lower(), 1),
+    "upper": _f(lambda s: s.upper() if type(s) is str else _s("upper", s), 1),
+    "lower": _f(lambda s: s.lower() if type(s) is str else _s("lower", s), 1),
     "title": _f(title, 1), "trim": _f(lambda s: _s("trim", s).strip(), 1),
     "trimPrefix": _f(lambda p, s: _s("trimPrefix", s).removeprefix(_s("trimPrefix", p)), 2),
     "trimSuffix": _f(lambda p, s: _s("trimSuffix", s).removesuffix(_s("trimSuffix", p)), 2),

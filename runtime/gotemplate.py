@@ -642,8 +642,8 @@ class _Translator:
             return _Value(ast.IfExp(test, same, _call(gofuncs.eq, Local(t), args[1].node)), is_bool=True)
         if name == "not" and args[0].is_bool:
             return _Value(ast.UnaryOp(ast.Not(), args[0].node), is_bool=True)
-        if name == "index" and n == 2 and args[0].kind == _META:
-            return _Value(_call(gofuncs.metadata_index, args[0].node, args[1].node))
+        if name == "index" and n == 2 and args[0].kind == _META and _is_text(args[1].node):  # missing: "", inline
+            return _Value(MapGet(args[0].node, args[1].node, ast.Constant(""), Bound(gofuncs.metadata_index)))
         if name == "toJson" and args[0].kind == _RECORD:
             return _Value(_call(gofuncs.to_json, Local("r")))
         return _Value(_call(spec.fn, *[a.node for a in args]), is_bool=spec.returns_bool)
