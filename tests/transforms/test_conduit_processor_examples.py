@@ -10,8 +10,9 @@ data as base64, positions as base64, ``null`` for an empty position or metadata.
 
 Changes to an example's settings, each said in its case: the HTTP server Conduit's webhook example
 starts on the fixed port 54321 is started here on a free port (the URL is rewritten to it).
-Examples that need a service the test does not run (a schema registry holding the example's schema,
-a model provider's API that Conduit's example replaces with a mock client) are strict expected failures
+Conduit's Avro examples register their schema in a registry before they run; here each gets a fresh
+schema store holding that schema. Examples that need a service the test does not run (a model
+provider's API, which Conduit's examples replace with a mock client) are strict expected failures
 with the reason (``NOT_AS_WRITTEN``); tests/transforms/test_ai_processors.py covers those processors
 against a local fake API.
 """
@@ -32,15 +33,22 @@ from helpers.transforms import chain
 
 from cdcflow.convert.textforms import rfc3339_text
 from cdcflow.record import Operation, Record
+from cdcflow.schemas import SchemaStore, default_store, set_default_store
 
 DATA = json.loads((Path(__file__).parent / "data" / "conduit_processor_examples.json").read_text())
 
+#: the schema Conduit's Avro examples register before they run (avro/decode_examples_test.go,
+#: encode_examples_test.go): each example gets a fresh store holding it, as id 1
+EXAMPLE_SCHEMA = ('{"type":"record","name":"record","fields":[{"name":"myString","type":"string"},'
+                  '{"name":"myInt","type":"int"}]}')
+REGISTERED = {
+    "avro.decode.json:Decode a record field in Avro format": "example-decode",
+    "avro.encode.json:Pre-register schema": "example-preRegistered",
+    "avro.encode.json:Auto-register schema": None,  # registers its own schema: only a fresh store
+}
+
 #: examples that do not give Conduit's output here, and why (the test expects them to fail, strictly)
 NOT_AS_WRITTEN = {
-    "avro.decode.json:Decode a record field in Avro format":
-        "needs a schema registry holding the example's schema under id 1 (Conduit's example fills an in-memory one)",
-    "avro.encode.json:Pre-register schema":
-        "needs a schema registry holding subject example-preRegistered (Conduit's example fills an in-memory one)",
     "cohere.command.json:Generate responses using Cohere's command model": "calls Cohere's API (Conduit: a mock client)",
     "cohere.embed.json:Generate embeddings using Cohere's embedding model": "calls Cohere's API (Conduit: a mock client)",
     "cohere.rerank.json:Generate responses using Cohere's rerank model": "calls Cohere's API (Conduit: a mock client)",
@@ -141,11 +149,21 @@ def test_conduit_processor_example(example, request):
     if example["processor"] == "webhook.http":  # the example's server listens on 54321; ours on a free port
         url = request.getfixturevalue("greeter")
         settings = {k: v.replace("http://127.0.0.1:54321", url) for k, v in settings.items()}
-    c = chain(("example", example["processor"], None, settings))
+    case = f"{example['file']}:{example['summary']}"
+    previous = default_store()
+    if case in REGISTERED:  # Conduit's example fills its registry first
+        store = SchemaStore(None)
+        if REGISTERED[case]:
+            store.register(REGISTERED[case], EXAMPLE_SCHEMA)
+        set_default_store(store)
     try:
-        out = c.process([record_of(example["have"])])
+        c = chain(("example", example["processor"], None, settings))
+        try:
+            out = c.process([record_of(example["have"])])
+        finally:
+            c.teardown()
     finally:
-        c.teardown()
+        set_default_store(previous)
     want = example["want"]
     if isinstance(want, dict) and set(want) == {"error"}:
         assert [n.error for n in out.nacks] == [want["error"]] and not out.records  # error.json: a Go template
