@@ -23,13 +23,12 @@ import base64
 import datetime as dt
 import decimal
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.transforms import chain
+from helpers.webhook_server import webhook_server
 
 from cdcflow.convert.textforms import rfc3339_text
 from cdcflow.record import Operation, Record
@@ -108,32 +107,10 @@ def _doc_value(value: Any) -> Any:
     return value
 
 
-class _Greeter(BaseHTTPRequestHandler):
-    """Answers as the server of Conduit's webhook example: ``hello, <body>`` or ``hello, <path>!``."""
-
-    def _answer(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        path = self.path.lstrip("/")
-        out = f"hello, {path}!".encode() if path else b"hello, " + body
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def greeter():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Greeter)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with webhook_server() as url:
+        yield url
 
 
 def _cases():
