@@ -19,7 +19,8 @@ from typing import Any, Callable, NamedTuple
 
 import orjson
 
-from .expr import MAX_TEXT, EvaluationError, LimitExceeded, _regex, _to_json, _too_long
+from .expr import MAX_TEXT, EvaluationError, LimitExceeded, _coalesce, _empty, _regex, _replace, _to_json, _too_long
+from .expr import _join as _join_texts
 from .record import Operation, Record
 
 
@@ -578,20 +579,13 @@ def or_(*args: Any) -> Any:
 
 
 def empty(value: Any) -> bool:
-    return not truth(_nil(value))
+    return _empty(_nil(value))
 
 
 def default(default_value: Any, *given: Any) -> Any:
     if not given or empty(given[0]):
         return default_value
     return given[0]
-
-
-def coalesce(*values: Any) -> Any:
-    for v in values:
-        if not empty(v):
-            return v
-    return None
 
 
 def to_json(value: Any) -> str:
@@ -633,8 +627,6 @@ def title(s: Any) -> str:
 
 
 def _sprig_replace(old: Any, new: Any, s: Any) -> str:
-    from .expr import _replace
-
     return _replace(_s("replace", s), _s("replace", old), _s("replace", new))
 
 
@@ -643,13 +635,11 @@ def _split_map(sep: Any, s: Any) -> dict[str, str]:
 
 
 def _join(sep: Any, items: Any) -> str:
-    from .expr import _join as join_texts
-
     if type(items) is str:
         return items
     if type(items) not in (list, tuple):
         return strval(items)
-    return join_texts([strval(i) for i in items], _s("join", sep))
+    return _join_texts([strval(i) for i in items], _s("join", sep))
 
 
 def _b64dec(s: Any) -> str:
@@ -909,7 +899,7 @@ FUNCTIONS: dict[str, GoFunc] = {
     "regexMatch": _f(_regex_match, 2, returns_bool=True), "regexReplaceAll": _f(_regex_replace_all, 3),
     "b64enc": _f(_b64enc, 1), "b64dec": _f(_b64dec, 1),
     # sprig: values
-    "default": _f(default, 1, 2), "empty": _f(empty, 1, returns_bool=True), "coalesce": _f(coalesce, 0, None),
+    "default": _f(default, 1, 2), "empty": _f(empty, 1, returns_bool=True), "coalesce": _f(lambda *values: _coalesce(*map(_nil, values)), 0, None),
     "toString": _f(strval, 1), "toJson": _f(to_json, 1), "fromJson": _f(from_json, 1),
     "atoi": _f(_atoi, 1), "int": _f(_to_int, 1), "int64": _f(_to_int, 1), "float64": _f(_to_float, 1),
     "list": _f(_list, 0, None), "dict": _f(_dict, 0, None), "get": _f(_get, 2), "set": _f(_set, 3),
