@@ -282,7 +282,7 @@ class _Parser:
             if kind == "text":
                 out.append(value)
                 continue
-            toks = [t for t in value]
+            toks = list(value)
             while toks and toks[0].kind == "space":
                 toks.pop(0)
             if not toks:
@@ -324,7 +324,7 @@ class _Parser:
         return blk
 
     def pipeline(self, toks: list[Tok], pos: int, allow_decl: bool = False, range_decl: bool = False) -> Pipe:
-        toks = [t for t in toks]
+        toks = list(toks)
         while toks and toks[0].kind == "space":
             toks.pop(0)
         decl: list[str] = []
@@ -340,7 +340,6 @@ class _Parser:
                 decl = [solid[0].value, solid[2].value]
                 toks = toks[toks.index(solid[3]) + 1:]
         cmds: list[Cmd] = []
-        self._pos = 0
         stream = toks
         idx = 0
         cmd_args: list[Any] = []
@@ -423,7 +422,6 @@ class _Translator:
         self.text = text
         self.scopes: list[dict[str, str]] = [{"$": "r"}]
         self.count = 0
-        self.in_range = 0
         self.range_locals: list[set[str]] = []
 
     def error(self, pos: int, message: str) -> ExpressionError:
@@ -516,9 +514,7 @@ class _Translator:
         elif b.pipe.decl:
             self.scopes[-1][b.pipe.decl[0]] = elem
         self.range_locals.append({key, elem})
-        self.in_range += 1
         body = self.nodes(b.body, _Value(Local(elem)))
-        self.in_range -= 1
         self.range_locals.pop()
         loop = _call(gofuncs.range_text, Local(items), Function([key, elem], body))
         self.scopes.append({})
