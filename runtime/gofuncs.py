@@ -913,6 +913,22 @@ FUNCTIONS: dict[str, GoFunc] = {
     "now": _f(_now, 0), "date": _f(_date, 2), "unixEpoch": _f(_unix_epoch, 1),
 }
 
+#: functions whose result is always a str (printed as it is)
+TEXT_FUNCTIONS = frozenset({
+    "print", "printf", "println", "html", "js", "urlquery", "upper", "lower", "title", "trim", "trimAll",
+    "trimPrefix", "trimSuffix", "replace", "quote", "squote", "cat", "nospace", "substr", "trunc", "repeat",
+    "join", "regexReplaceAll", "b64enc", "b64dec", "toString", "toJson", "date", "unixEpoch", "typeOf",
+})
+
+
+def concat(parts: list[str]) -> str:
+    """A template's text: its parts (all text already), at most MAX_TEXT long."""
+    text = "".join(parts)
+    if len(text) > MAX_TEXT:
+        raise _too_long("the template's text", len(text))
+    return text
+
+
 _PARSE_BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
                "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 

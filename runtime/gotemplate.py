@@ -19,7 +19,7 @@ from typing import Any, Union
 
 from . import gofuncs
 from .expr import (MAX_TEXT, Assign, Bound, ExpressionError, Function, Local, MapGet, RecordAttr)
-from .gofuncs import FUNCTIONS, MISSING
+from .gofuncs import FUNCTIONS, MISSING, TEXT_FUNCTIONS
 
 _SPACE = " \t\r\n"
 _KEYWORDS = frozenset({"if", "else", "end", "range", "with", "define", "template", "block", "break", "continue"})
@@ -411,6 +411,7 @@ class _Value:
     kind: str = _ANY
     is_bool: bool = False
     pos: int = 0
+    is_text: bool = False  # always a str: printed as it is
 
 
 def _call(fn: Any, *args: ast.expr) -> ast.expr:
@@ -458,7 +459,7 @@ class _Translator:
             return ast.Constant("")
         if len(parts) == 1:
             return parts[0]
-        return ast.JoinedStr(parts)
+        return _call(gofuncs.concat, ast.List(parts, ast.Load()))
 
     def node(self, n: Node, dot: _Value) -> ast.expr:
         if isinstance(n, str):
@@ -471,7 +472,7 @@ class _Translator:
         return self.block(n, dot)
 
     def printed(self, value: _Value) -> ast.expr:
-        if isinstance(value.node, ast.Constant) and type(value.node.value) is str:
+        if value.is_text or _is_text(value.node):
             return value.node
         t = self.temp()
         test = ast.Compare(ast.Call(Bound(type), [Assign(t, value.node)], []), [ast.Is()], [Bound(str)])
@@ -642,7 +643,7 @@ class _Translator:
             return _Value(MapGet(args[0].node, args[1].node, ast.Constant(""), Bound(gofuncs.metadata_index)))
         if name == "toJson" and args[0].kind == _RECORD:
             return _Value(_call(gofuncs.to_json, Local("r")))
-        return _Value(_call(spec.fn, *[a.node for a in args]), is_bool=spec.returns_bool)
+        return _Value(_call(spec.fn, *[a.node for a in args]), is_bool=spec.returns_bool, is_text=name in TEXT_FUNCTIONS)
 
     def and_or(self, name: str, args: list[_Value]) -> _Value:
         """Go 1.18+: ``and``/``or`` stop at the first argument that decides, and give that argument."""
