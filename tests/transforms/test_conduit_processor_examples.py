@@ -5,16 +5,16 @@ Source: github.com/ConduitIO/conduit, pkg/plugin/processor/builtin/internal/exam
 examples in docs/1-using/6-processors/1-builtin/<processor>.mdx). The 36 examples were copied verbatim
 into ``data/conduit_processor_examples.json`` (commit named in the file). Each case configures the
 processor with the example's settings, feeds it the example's input record and compares the output
-with the example's, in the form Conduit writes them: raw data as text, ``[]byte`` inside structured
-data as base64, positions as base64, ``null`` for an empty position or metadata.
+with the example's, in the form the file writes them: raw data as text (binary raw data, such as
+Avro or zstd bytes, is compared in that lossy text form, invalid UTF-8 as U+FFFD), ``[]byte`` inside
+structured data as base64, positions as base64, ``null`` for an empty position or metadata.
 
-Changes to an example's settings, each said in its case: the HTTP server Conduit's webhook example
-starts on the fixed port 54321 is started here on a free port (the URL is rewritten to it).
-Conduit's Avro examples register their schema in a registry before they run; here each gets a fresh
-schema store holding that schema. Examples that need a service the test does not run (a model
-provider's API, which Conduit's examples replace with a mock client) are strict expected failures
-with the reason (``NOT_AS_WRITTEN``); tests/transforms/test_ai_processors.py covers those processors
-against a local fake API.
+Changes to the examples, each the location of a service: the HTTP server Conduit's webhook example
+starts on the fixed port 54321 is started here on a free port (the URL is rewritten to it). Conduit's
+Avro examples register their schema in a registry before they run; here each gets a fresh schema store
+holding that schema. Conduit's AI examples replace the API client with a mock; here the processor's
+base URL points at a local server answering as the provider's API does, with the mock's answers
+(``helpers.ai_fake``). What still differs is a strict expected failure with the reason (``NOT_AS_WRITTEN``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.ai_fake import fake_providers
 from helpers.transforms import chain
 from helpers.webhook_server import webhook_server
 
@@ -48,12 +49,6 @@ REGISTERED = {
 
 #: examples that do not give Conduit's output here, and why (the test expects them to fail, strictly)
 NOT_AS_WRITTEN = {
-    "cohere.command.json:Generate responses using Cohere's command model": "calls Cohere's API (Conduit: a mock client)",
-    "cohere.embed.json:Generate embeddings using Cohere's embedding model": "calls Cohere's API (Conduit: a mock client)",
-    "cohere.rerank.json:Generate responses using Cohere's rerank model": "calls Cohere's API (Conduit: a mock client)",
-    "ollama.json:Ollama Prompt Example": "calls an Ollama server on localhost:11434 (Conduit: a mock client)",
-    "openai.embeddings.json:Generate embeddings for text": "calls OpenAI's API (Conduit: a mock client)",
-    "openai.textgen.json:Transform text using OpenAI models": "calls OpenAI's API (Conduit: a mock client)",
     "field.convert.json:Convert `int` to `time`":
         "cdcflow's time values hold microseconds: the example's nanoseconds (…56.123456789Z) are cut to …56.123456Z",
 }
@@ -107,6 +102,20 @@ def _doc_value(value: Any) -> Any:
     return value
 
 
+#: the setting that points each AI processor at its API (the fake one here), and the path under it
+AI_URL = {
+    "openai.embeddings": ("base_url", "/v1"), "openai.textgen": ("base_url", "/v1"),
+    "cohere.command": ("baseURL", ""), "cohere.embed": ("baseURL", ""), "cohere.rerank": ("baseURL", ""),
+    "ollama": ("url", ""),
+}
+
+
+@pytest.fixture(scope="module")
+def providers():
+    with fake_providers() as srv:
+        yield srv
+
+
 @pytest.fixture(scope="module")
 def greeter():
     with webhook_server() as url:
@@ -126,6 +135,11 @@ def test_conduit_processor_example(example, request):
     if example["processor"] == "webhook.http":  # the example's server listens on 54321; ours on a free port
         url = request.getfixturevalue("greeter")
         settings = {k: v.replace("http://127.0.0.1:54321", url) for k, v in settings.items()}
+    elif example["processor"] in AI_URL:  # Conduit's example swaps in a mock client; we point at a fake API
+        providers = request.getfixturevalue("providers")
+        providers.key = settings.get("api_key") or settings.get("apiKey")
+        name, suffix = AI_URL[example["processor"]]
+        settings[name] = providers.url + suffix
     case = f"{example['file']}:{example['summary']}"
     previous = default_store()
     if case in REGISTERED:  # Conduit's example fills its registry first
