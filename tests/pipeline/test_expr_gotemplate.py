@@ -115,6 +115,7 @@ def render(text: str, record: Record | None = None) -> str:
         ('{{ quote "a" 1 }} {{ squote "a" }} {{ cat "a" 1 .Payload.After.missing "b" }}', "\"a\" \"1\" 'a' a 1 b"),
         ('{{ b64enc "hi" }} {{ b64dec "aGk=" }}', "aGk= hi"),
         ('{{ atoi .Payload.After.n }} {{ int "7" }} {{ float64 "1.5" }} {{ add 1 2 3 }} {{ mod 7 3 }}', "12 7 1.5 6 1"),
+        ("{{ mod -7 2 }} {{ div -7 2 }} {{ sub 1 5 }}", "-1 -3 -4"),  # Go's integer division truncates toward zero
         ('{{ toJson .Payload.After.addr }} {{ toJson "<&>" }}', '{"city":"Oslo"} "\\u003c\\u0026\\u003e"'),
         ('{{ (fromJson "{\\"a\\": 1}").a }}', "1"),
         ('{{ toJson (dict "n" 1 "s" "x") }} {{ get (dict "k" "v") "k" }}', '{"n":1,"s":"x"} v'),
