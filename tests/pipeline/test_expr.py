@@ -238,24 +238,35 @@ def test_metadata_lookup_by_any_key(metadata):
         assert Expression.compile(f"Metadata[{literal}]").evaluate(r) == value
 
 
-def test_conduit_examples():
-    """Each example of Conduit's processor docs, rewritten as in docs/expressions.md."""
-    r = Record(
-        operation=Operation.CREATE,
-        metadata={"key": "expected-value", "table": "postgres", "foo": "bar", "opencdc.collection": "shop.users"},
-        after={"foo": "bar", "name": "xavier"},
-    )
-    assert Condition.compile('Metadata.key == "expected-value"').evaluate(r) is True
-    assert Template.compile("{{ Payload.After }}").render(r) == '{"foo":"bar","name":"xavier"}'
-    assert Template.compile('{{ Metadata.table == "postgres" }}').render(r) == "true"
-    assert (
-        Template.compile("custom error message with data from record: {{ Metadata.foo }}").render(r)
-        == "custom error message with data from record: bar"
-    )
-    assert Condition.compile('Operation == "delete"').evaluate(r) is False
-    assert Condition.compile('hasPrefix(Metadata["opencdc.collection"], "shop.")').evaluate(r) is True
-    assert Condition.compile('contains(Payload.After.name, "x")').evaluate(r) is True
-    assert Template.compile("{{ upper(Payload.After.name) }}").render(r) == "XAVIER"
+_CONDUIT_RECORD = Record(
+    operation=Operation.CREATE,
+    metadata={"key": "expected-value", "table": "postgres", "foo": "bar", "opencdc.collection": "shop.users"},
+    after={"foo": "bar", "name": "xavier"},
+)
+
+
+@pytest.mark.parametrize(
+    "kind, go, older, expected",
+    [
+        ("condition", '{{ eq .Metadata.key "expected-value" }}', 'Metadata.key == "expected-value"', True),
+        ("template", '{{ eq .Metadata.table "postgres" }}', '{{ Metadata.table == "postgres" }}', "true"),
+        ("template", "custom error message with data from record: {{.Metadata.foo}}",
+         "custom error message with data from record: {{ Metadata.foo }}", "custom error message with data from record: bar"),
+        ("condition", '{{ eq .Operation.String "delete" }}', 'Operation == "delete"', False),
+        ("condition", '{{ hasPrefix "shop." (index .Metadata "opencdc.collection") }}',
+         'hasPrefix(Metadata["opencdc.collection"], "shop.")', True),
+        ("condition", '{{ contains "x" .Payload.After.name }}', 'contains(Payload.After.name, "x")', True),
+        ("template", "{{ .Payload.After.name | upper }}", "{{ upper(Payload.After.name) }}", "XAVIER"),
+    ],
+)
+def test_conduit_examples_in_both_syntaxes(kind, go, older, expected):
+    """Conduit's documented templates (Go) and their older-syntax rewrites give the same result."""
+    for text in (go, older):
+        if kind == "condition":
+            assert Condition.compile(text).evaluate(_CONDUIT_RECORD) is expected
+        else:
+            assert Template.compile(text).render(_CONDUIT_RECORD) == expected
+    assert Template.compile("{{ Payload.After }}").render(_CONDUIT_RECORD) == '{"foo":"bar","name":"xavier"}'
 
 
 # -- compiled evaluation ---------------------------------------------------------------
