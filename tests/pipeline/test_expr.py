@@ -266,7 +266,12 @@ def test_conduit_examples_in_both_syntaxes(kind, go, older, expected):
             assert Condition.compile(text).evaluate(_CONDUIT_RECORD) is expected
         else:
             assert Template.compile(text).render(_CONDUIT_RECORD) == expected
+
+
+def test_older_syntax_prints_maps_as_json():
+    """Go prints ``{{ .Payload.After }}`` as ``map[foo:bar ...]``; the older syntax writes JSON."""
     assert Template.compile("{{ Payload.After }}").render(_CONDUIT_RECORD) == '{"foo":"bar","name":"xavier"}'
+    assert Template.compile("{{ .Payload.After }}").render(_CONDUIT_RECORD) == "map[foo:bar name:xavier]"
 
 
 # -- compiled evaluation ---------------------------------------------------------------
