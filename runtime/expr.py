@@ -959,6 +959,25 @@ class Template:
             out.append(p if type(p) is str else _str_of(p.evaluate(record)))  # type: ignore[union-attr]
         return "".join(out)
 
+    def render_many(self, records: list[Record]) -> list[str | ExpressionError]:
+        """Texts for a batch: one call when the template is one expression (every Go template is),
+        else record by record. A record that fails has its ``ExpressionError`` in its place."""
+        single = self._single
+        if single is not None:
+            try:
+                values = single.evaluate_many(records)
+            except ExpressionError:
+                values = None  # some record failed: find which, one by one
+            if values is not None:
+                return [v if type(v) is str else _str_of(v) for v in values]
+        out: list[str | ExpressionError] = []
+        for r in records:
+            try:
+                out.append(self.render(r))
+            except ExpressionError as e:
+                out.append(e)
+        return out
+
     def evaluate(self, record: Record) -> Any:
         if self._single is not None:
             return self._single.evaluate(record)

@@ -632,6 +632,8 @@ class _Translator:
         if name in ("and", "or"):
             return self.and_or(name, args)
         if name == "eq" and n == 2 and isinstance(args[1].node, ast.Constant) and type(args[1].node.value) is str:
+            if args[0].is_text:  # text against text: Go's eq is ==
+                return _Value(ast.Compare(args[0].node, [ast.Eq()], [args[1].node]), is_bool=True)
             # the common condition: a type test and == inline, Go's rules only when it is not text
             t = self.temp()
             test = ast.Compare(ast.Call(Bound(type), [Assign(t, args[0].node)], []), [ast.Is()], [Bound(str)])
@@ -640,7 +642,7 @@ class _Translator:
         if name == "not" and args[0].is_bool:
             return _Value(ast.UnaryOp(ast.Not(), args[0].node), is_bool=True)
         if name == "index" and n == 2 and args[0].kind == _META and _is_text(args[1].node):  # missing: "", inline
-            return _Value(MapGet(args[0].node, args[1].node, ast.Constant(""), Bound(gofuncs.metadata_index)))
+            return _Value(MapGet(args[0].node, args[1].node, ast.Constant(""), Bound(gofuncs.metadata_index)), is_text=True)
         if name == "toJson" and args[0].kind == _RECORD:
             return _Value(_call(gofuncs.to_json, Local("r")))
         return _Value(_call(spec.fn, *[a.node for a in args]), is_bool=spec.returns_bool, is_text=name in TEXT_FUNCTIONS)

@@ -45,10 +45,7 @@ class Error(Transform):
         message = self._message
         if message.is_literal:
             return [Failed(message.constant)] * len(records)
-        out: list[Result] = []
-        for r in records:
-            try:
-                out.append(Failed(message.render(r)))
-            except ExpressionError as e:
-                out.append(Failed(f"error processor: message template failed: {e}"))
-        return out
+        return [
+            Failed(text if type(text) is str else f"error processor: message template failed: {text}")
+            for text in message.render_many(list(records))
+        ]

@@ -74,10 +74,13 @@ class FieldSet(Transform):
                 except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
                     append(failed(e))
             return out
-        render = template.render
-        for r in records:
+        records = list(records)
+        for r, text in zip(records, template.render_many(records)):  # one call for the batch
+            if type(text) is not str:
+                append(failed(text))
+                continue
             try:
-                setter(r, render(r))
+                setter(r, text)
                 append(r)
             except Exception as e:  # noqa: BLE001
                 append(failed(e))

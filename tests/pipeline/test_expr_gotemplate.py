@@ -299,3 +299,27 @@ def test_go_literal_template_is_a_constant():
 def test_large_literal_refused_at_compile_time():
     with pytest.raises(ExpressionError, match="MAX_TEXT"):
         Template.compile('{{ printf "%s" "' + "x" * (MAX_TEXT + 1) + '" }}')
+
+
+def test_field_set_renders_a_batch_and_fails_only_the_failing_record():
+    from helpers.transforms import make
+
+    from cdcflow.sdk import Failed
+
+    t = make("field.set", field=".Metadata.greeting", value="hi {{ .Payload.After.name | upper }}")
+    good, null, raw, other = rec(), rec(after=None), rec(after=b"raw"), rec(after={"name": "bob"})
+    out = t.process([good, null, raw, other])
+    assert out[0] is good and good.metadata["greeting"] == "hi ANN"
+    assert out[3] is other and other.metadata["greeting"] == "hi BOB"
+    assert isinstance(out[1], Failed) and "nil pointer evaluating opencdc.Data.name" in out[1].message
+    assert isinstance(out[2], Failed) and "opencdc.RawData" in out[2].message
+
+
+def test_error_message_template_for_a_batch():
+    from helpers.transforms import make
+
+    from cdcflow.sdk import Failed
+
+    out = make("error", message="bad {{ .Key.id }}").process([rec(), rec(key={"id": 8}), rec(key=None)])
+    assert out[:2] == [Failed("bad 7"), Failed("bad 8")]
+    assert out[2].message.startswith("error processor: message template failed:") and "nil pointer" in out[2].message
