@@ -899,12 +899,13 @@ class Template:
     native value when the template is exactly one placeholder, for callers that keep types.
     """
 
-    __slots__ = ("text", "_parts", "_single")
+    __slots__ = ("text", "_parts", "_single", "_gives_text")
 
-    def __init__(self, text: str, parts: list[str | Expression]):
+    def __init__(self, text: str, parts: list[str | Expression], gives_text: bool = False):
         self.text = text
         self._parts = parts
         self._single: Expression | None = parts[0] if len(parts) == 1 and isinstance(parts[0], Expression) else None
+        self._gives_text = gives_text  # the expression already gives the text (a Go template)
 
     @classmethod
     def compile(cls, text: str) -> "Template":
@@ -916,7 +917,7 @@ class Template:
             body, _ = gotemplate.translate(text)
             if isinstance(body, ast.Constant):  # only text (and comments): a constant
                 return cls(text, [body.value] if body.value else [])
-            return cls(text, [Expression(text, body)])
+            return cls(text, [Expression(text, body)], gives_text=True)
         parts: list[str | Expression] = []
         pos = 0
         while True:
@@ -969,7 +970,7 @@ class Template:
             except ExpressionError:
                 values = None  # some record failed: find which, one by one
             if values is not None:
-                return [v if type(v) is str else _str_of(v) for v in values]
+                return values if self._gives_text else [v if type(v) is str else _str_of(v) for v in values]
         out: list[str | ExpressionError] = []
         for r in records:
             try:
