@@ -854,16 +854,22 @@ class Condition:
             values = None
         if values is not None and (self._always_bool or _only_bools(values)):
             return values
-        out: list[bool | ExpressionError] = []
-        for r in records:
-            try:
-                out.append(self.evaluate(r))
-            except ExpressionError as e:
-                out.append(e)
-        return out
+        return _one_by_one(self.evaluate, records)
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
+
+
+def _one_by_one(fn: Callable[[Record], Any], records: list[Record]) -> list[Any]:
+    """``fn`` for each record, a failing record's ``ExpressionError`` in its place (after a batch
+    call failed, to find which records fail)."""
+    out: list[Any] = []
+    for r in records:
+        try:
+            out.append(fn(r))
+        except ExpressionError as e:
+            out.append(e)
+    return out
 
 
 def _only_bools(values: list[Any]) -> bool:
@@ -971,13 +977,7 @@ class Template:
                 values = None  # some record failed: find which, one by one
             if values is not None:
                 return values if self._gives_text else [v if type(v) is str else _str_of(v) for v in values]
-        out: list[str | ExpressionError] = []
-        for r in records:
-            try:
-                out.append(self.render(r))
-            except ExpressionError as e:
-                out.append(e)
-        return out
+        return _one_by_one(self.render, records)
 
     def evaluate(self, record: Record) -> Any:
         if self._single is not None:
