@@ -22,6 +22,7 @@ from .expr import (MAX_TEXT, Assign, Bound, ExpressionError, Function, Local, Ma
 from .gofuncs import FUNCTIONS, MISSING, TEXT_FUNCTIONS
 
 _SPACE = " \t\r\n"
+_RECORD_FIELDS = frozenset({"Position", "Operation", "Metadata", "Key", "Payload"})
 _KEYWORDS = frozenset({"if", "else", "end", "range", "with", "define", "template", "block", "break", "continue"})
 
 # -- lexing ---------------------------------------------------------------------------------------
@@ -385,6 +386,8 @@ class _Parser:
             base = Tok("dot", None, t.pos)
         while idx < len(stream) and stream[idx].kind == "field":
             if not isinstance(base, (Pipe, Tok)) or (isinstance(base, Tok) and base.kind not in ("dot", "var")):
+                if isinstance(base, Tok) and base.kind == "ident" and base.value in _RECORD_FIELDS:
+                    raise self.error(base.pos, f"the record's {base.value} is written .{base.value} in a Go template")
                 raise self.error(stream[idx].pos, f"unexpected {stream[idx].value} in operand")
             fields.append(stream[idx].value)
             idx += 1
@@ -621,7 +624,8 @@ class _Translator:
         name = ident.value
         spec = FUNCTIONS.get(name)
         if spec is None:
-            raise self.error(ident.pos, f'function "{name}" not defined')
+            hint = f" (the record's {name} is written .{name})" if name in _RECORD_FIELDS else ""
+            raise self.error(ident.pos, f'function "{name}" not defined{hint}')
         args = [self.operand(a, dot) for a in arg_nodes]
         if final is not None:
             args.append(final)

@@ -175,6 +175,8 @@ def test_execution_errors_fail_the_record(text, record, fragment):
     [
         ("{{ .Payload.After.name | }}", "missing value for command", None),
         ("{{ nope .Payload.After }}", 'function "nope" not defined', 4),
+        ("{{ Payload.After.name | upper }}", "the record's Payload is written .Payload in a Go template", 4),
+        ("{{ upper Metadata }}", "function \"Metadata\" not defined (the record's Metadata is written .Metadata)", 10),
         ("ab {{ if .Payload.After }}x", "has no {{end}}", 7),
         ("{{ .Payload.After.name", "unclosed action", 1),
         ("{{ end }}", "unexpected {{end}}", 4),
