@@ -1,22 +1,26 @@
-"""The one expression language for processor conditions and templates.
+"""The one expression core for processor conditions and templates.
 
-Pipeline text is parsed with ``ast`` and checked against a safe subset of Python
-expressions (simpleeval's: unknown names, unknown functions and unsupported syntax
-are rejected with a clear message and column). The checked tree is then translated
+cdcflow's own (older) expression syntax: pipeline text is parsed with ``ast`` and checked
+against a safe subset of Python expressions (simpleeval's: unknown names, unknown functions and
+unsupported syntax are rejected with a clear message and column). The checked tree is then translated
 once, node by node, into a small Python function (``_Compiler``), the only way an
 expression is evaluated: every field read becomes a null-safe accessor, every
 size-guarded operator a guarded function (see "Limits" in docs/expressions.md), and
 every literal a bound value, so the generated code holds no text of the pipeline.
 
-Entry points (all a caller needs; another syntax, such as Go templates, would parse
-into the same checked tree and reuse ``_Compiler``):
+Conduit's Go templates (``cdcflow.gotemplate``) are parsed by their own parser and translated
+into ``_Compiler``'s input too (the node classes ``Bound``, ``Local``, ``Assign``, ``RecordAttr``,
+``MapGet``, ``Function`` below): one compiler, one way of evaluating. ``Condition.compile`` and
+``Template.compile`` pick the syntax (docs/expressions.md, "Which syntax").
+
+Entry points (all a caller needs):
 
 - ``Expression.compile(text)`` → ``.evaluate(record)``, ``.evaluate_many(records)``
 - ``Condition.compile(text)`` → ``.evaluate(record)`` (a bool), ``.evaluate_many(records)``
   (bools, or the ``ExpressionError`` of each failing record)
-- ``Template.compile(text)`` → ``.render(record)`` (text), ``.evaluate(record)``
+- ``Template.compile(text)`` → ``.render(record)`` (text), ``.render_many(records)``, ``.evaluate(record)``
 
-The record is reachable as:
+In the older syntax the record is reachable as:
 
 - ``Position`` (bytes), ``Operation`` (``"create"``, ``"update"``, ``"delete"``,
   ``"snapshot"``), ``Metadata`` (dict of str), ``Key``, ``Payload.Before``,
