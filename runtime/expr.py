@@ -964,11 +964,18 @@ class Template:
     def render(self, record: Record) -> str:
         single = self._single
         if single is not None:
-            return _str_of(single.evaluate(record))
+            return self._text(single.evaluate(record))
         out = []
         for p in self._parts:
-            out.append(p if type(p) is str else _str_of(p.evaluate(record)))  # type: ignore[union-attr]
+            out.append(p if type(p) is str else self._text(p.evaluate(record)))  # type: ignore[union-attr]
         return "".join(out)
+
+    def _text(self, value: Any) -> str:
+        """A placeholder's value as text; a value with no text form fails the record, not the batch."""
+        try:
+            return _str_of(value)
+        except (TypeError, ValueError) as e:
+            raise ExpressionError(self.text, f"the value has no text form: {e}") from None
 
     def render_many(self, records: list[Record]) -> list[str | ExpressionError]:
         """Texts for a batch: one call when the template is one expression (every Go template is),
@@ -980,7 +987,12 @@ class Template:
             except ExpressionError:
                 values = None  # some record failed: find which, one by one
             if values is not None:
-                return values if self._gives_text else [v if type(v) is str else _str_of(v) for v in values]
+                if self._gives_text:
+                    return values
+                try:
+                    return [v if type(v) is str else _str_of(v) for v in values]
+                except (TypeError, ValueError):
+                    pass  # a value with no text form: that record's failure, found one by one
         return _one_by_one(self.render, records)
 
     def evaluate(self, record: Record) -> Any:

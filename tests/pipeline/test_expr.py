@@ -381,3 +381,19 @@ def test_condition_evaluate_many_marks_failures_per_record():
     non_bool = Condition.compile("Payload.After.n").evaluate_many(batch[:1])
     assert isinstance(non_bool[0], ExpressionError) and "must be true or false" in str(non_bool[0])
     assert Condition.compile("Key.id == 7").evaluate_many([rec(), rec(key={"id": 8})]) == [True, False]
+
+
+def test_a_value_with_no_text_form_fails_its_record_not_the_batch():
+    from helpers.transforms import make
+
+    from cdcflow.sdk import Failed
+
+    t = make("field.set", field=".Metadata.x", value="{{ Payload.After.v }}")
+    good, odd = Record(after={"v": 1}), Record(after={"v": {"f": upper_fn}})
+    out = t.process([good, odd])
+    assert out[0] is good and good.metadata["x"] == "1"
+    assert isinstance(out[1], Failed) and "no text form" in out[1].message
+
+
+def upper_fn():  # a value JSON cannot hold, as a plugin could leave in a record
+    pass

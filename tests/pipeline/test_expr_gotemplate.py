@@ -9,7 +9,11 @@ position.go, operation.go.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdcflow.convert.jsonform import dumps_record
 from cdcflow.expr import MAX_TEXT, Condition, ExpressionError, Template
@@ -325,3 +329,26 @@ def test_error_message_template_for_a_batch():
     out = make("error", message="bad {{ .Key.id }}").process([rec(), rec(key={"id": 8}), rec(key=None)])
     assert out[:2] == [Failed("bad 7"), Failed("bad 8")]
     assert out[2].message.startswith("error processor: message template failed:") and "nil pointer" in out[2].message
+
+
+_ATOMS = ["{{", "}}", "{{- ", " -}}", " ", ".", ".Payload", ".After", ".Metadata", ".foo", "$", "$x", ":=", "=", "|",
+          "(", ")", '"s"', "`r`", "'c'", "1", "-2", "1.5", "if", "else", "end", "range", "with", "eq", "not", "and",
+          "or", "index", "printf", '"%d"', "nil", "true", ",", "/*", "*/", "upper", "len", "x", "\n"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_ATOMS), min_size=1, max_size=14))
+def test_any_text_compiles_or_fails_with_an_expression_error(atoms):
+    """Whatever a setting holds, compiling and evaluating raise nothing but ExpressionError."""
+    text = "{{" + "".join(atoms)
+    r = rec()
+    warnings.simplefilter("ignore", SyntaxWarning)  # the older syntax's parser warns about "1.5if"
+    for compile_, run in ((Template.compile, "render"), (Condition.compile, "evaluate")):
+        try:
+            compiled = compile_(text)
+        except ExpressionError:
+            continue
+        try:
+            getattr(compiled, run)(r)
+        except ExpressionError:
+            pass
