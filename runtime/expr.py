@@ -1,22 +1,26 @@
-"""The one expression language for processor conditions and templates.
+"""The one expression core for processor conditions and templates.
 
-Pipeline text is parsed with ``ast`` and checked against a safe subset of Python
-expressions (simpleeval's: unknown names, unknown functions and unsupported syntax
-are rejected with a clear message and column). The checked tree is then translated
+cdcflow's own (older) expression syntax: pipeline text is parsed with ``ast`` and checked
+against a safe subset of Python expressions (simpleeval's: unknown names, unknown functions and
+unsupported syntax are rejected with a clear message and column). The checked tree is then translated
 once, node by node, into a small Python function (``_Compiler``), the only way an
 expression is evaluated: every field read becomes a null-safe accessor, every
 size-guarded operator a guarded function (see "Limits" in docs/expressions.md), and
 every literal a bound value, so the generated code holds no text of the pipeline.
 
-Entry points (all a caller needs; another syntax, such as Go templates, would parse
-into the same checked tree and reuse ``_Compiler``):
+Conduit's Go templates (``cdcflow.gotemplate``) are parsed by their own parser and translated
+into ``_Compiler``'s input too (the node classes ``Bound``, ``Local``, ``Assign``, ``RecordAttr``,
+``MapGet``, ``Function`` below): one compiler, one way of evaluating. ``Condition.compile`` and
+``Template.compile`` pick the syntax (docs/expressions.md, "Which syntax").
+
+Entry points (all a caller needs):
 
 - ``Expression.compile(text)`` → ``.evaluate(record)``, ``.evaluate_many(records)``
 - ``Condition.compile(text)`` → ``.evaluate(record)`` (a bool), ``.evaluate_many(records)``
   (bools, or the ``ExpressionError`` of each failing record)
-- ``Template.compile(text)`` → ``.render(record)`` (text), ``.evaluate(record)``
+- ``Template.compile(text)`` → ``.render(record)`` (text), ``.render_many(records)``, ``.evaluate(record)``
 
-The record is reachable as:
+In the older syntax the record is reachable as:
 
 - ``Position`` (bytes), ``Operation`` (``"create"``, ``"update"``, ``"delete"``,
   ``"snapshot"``), ``Metadata`` (dict of str), ``Key``, ``Payload.Before``,
@@ -74,6 +78,11 @@ MAX_INT_DIGITS = 4300
 _MAX_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
 #: largest decimal exponent ``decimal()`` accepts and ``int()``/``round()`` turn into an integer
 MAX_DECIMAL_EXPONENT = MAX_INT_DIGITS
+
+
+class EvaluationError(Exception):
+    """A function of the language failed for one record with a message meant for the user (Go's
+    ``error calling eq: ...``); reported as the record's ExpressionError as it is."""
 
 
 class LimitExceeded(ArithmeticError):
@@ -478,6 +487,46 @@ def _joined(parts: list[Any]) -> str:
     return "".join(texts)
 
 
+# -- nodes another syntax's translator hands to _Compiler (Go templates: cdcflow.gotemplate) ----------
+
+
+class Bound(ast.expr):
+    """A value (function, constant) the generated code reaches through a bound name."""
+
+    _fields = ("value",)
+
+
+class Local(ast.expr):
+    """A local name of the generated code: the record ``r``, a template variable, a range element."""
+
+    _fields = ("id",)
+
+
+class Assign(ast.expr):
+    """``(name := value)``: a template variable declared or assigned inside the expression."""
+
+    _fields = ("id", "value")
+
+
+class RecordAttr(ast.expr):
+    """``r.<attr>``: one part of the record (``after``, ``metadata``...), read directly."""
+
+    _fields = ("attr",)
+
+
+class MapGet(ast.expr):
+    """``t.get(key, default) if type(t := value) is dict else fallback(t, key)``: a field read whose
+    miss and non-map behaviour the other syntax chooses (Go: ``<no value>``, errors on null)."""
+
+    _fields = ("value", "key", "default", "fallback")
+
+
+class Function(ast.expr):
+    """``lambda params: body`` (a Go ``range`` body, evaluated once per element)."""
+
+    _fields = ("params", "body")
+
+
 class _Compiler:
     """Translates a checked expression tree into a Python expression tree over one record.
 
@@ -520,6 +569,33 @@ class _Compiler:
         if value is None or type(value) in (bool, int, float):
             return ast.Constant(value)
         return self.bind(value)
+
+    def _Bound(self, node: Bound) -> ast.expr:
+        return self.bind(node.value)
+
+    def _Local(self, node: Local) -> ast.expr:
+        return ast.Name(node.id, ast.Load())
+
+    def _RecordAttr(self, node: RecordAttr) -> ast.expr:
+        return self.attr_of_record(node.attr)
+
+    def _Assign(self, node: Assign) -> ast.expr:
+        return ast.NamedExpr(ast.Name(node.id, ast.Store()), self.expr(node.value))
+
+    def _MapGet(self, node: MapGet) -> ast.expr:
+        t = self.temp()
+        test = ast.Compare(
+            ast.Call(self.bind(type), [ast.NamedExpr(ast.Name(t, ast.Store()), self.expr(node.value))], []),
+            [ast.Is()], [self.bind(dict)],
+        )
+        key = self.expr(node.key)
+        get = ast.Call(ast.Attribute(ast.Name(t, ast.Load()), "get", ast.Load()), [key, self.expr(node.default)], [])
+        return ast.IfExp(test, get, ast.Call(self.expr(node.fallback), [ast.Name(t, ast.Load()), key], []))
+
+    def _Function(self, node: Function) -> ast.expr:
+        params = [ast.arg(p) for p in node.params]
+        args = ast.arguments(posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=[])
+        return ast.Lambda(args, self.expr(node.body))
 
     def _Name(self, node: ast.Name) -> ast.expr:
         name = node.id
@@ -700,6 +776,8 @@ class Expression:
         """The ExpressionError one record's failure ``e`` is reported as."""
         if isinstance(e, ExpressionError):
             return e
+        if isinstance(e, EvaluationError):
+            return ExpressionError(self.text, str(e))
         if isinstance(e, LimitExceeded):
             return ExpressionError(self.text, f"limit exceeded: {e}")
         if isinstance(e, simpleeval.InvalidExpression):
@@ -736,13 +814,22 @@ class Condition:
 
     __slots__ = ("text", "_expr", "_always_bool")
 
-    def __init__(self, expr: Expression):
+    def __init__(self, expr: Expression, always_bool: bool | None = None):
         self._expr = expr
         self.text = expr.text
-        self._always_bool = _always_bool(expr._tree)
+        self._always_bool = _always_bool(expr._tree) if always_bool is None else always_bool
 
     @classmethod
     def compile(cls, text: str) -> "Condition":
+        """A condition holding ``{{`` is Conduit's Go template, rendered and read as a bool (Go's
+        ``strconv.ParseBool``); otherwise it is a cdcflow expression that must give a bool."""
+        if "{{" in text:
+            from . import gofuncs, gotemplate
+
+            body, boolean = gotemplate.translate(text)
+            if boolean is None:  # render, then read the text as Conduit does
+                boolean = ast.Call(Bound(gofuncs.parse_bool), [body], [])
+            return cls(Expression(text, boolean), always_bool=True)
         return cls(Expression.compile(text))
 
     @property
@@ -771,16 +858,22 @@ class Condition:
             values = None
         if values is not None and (self._always_bool or _only_bools(values)):
             return values
-        out: list[bool | ExpressionError] = []
-        for r in records:
-            try:
-                out.append(self.evaluate(r))
-            except ExpressionError as e:
-                out.append(e)
-        return out
+        return _one_by_one(self.evaluate, records)
 
     def __repr__(self) -> str:
         return f"Condition({self.text!r})"
+
+
+def _one_by_one(fn: Callable[[Record], Any], records: list[Record]) -> list[Any]:
+    """``fn`` for each record, a failing record's ``ExpressionError`` in its place (after a batch
+    call failed, to find which records fail)."""
+    out: list[Any] = []
+    for r in records:
+        try:
+            out.append(fn(r))
+        except ExpressionError as e:
+            out.append(e)
+    return out
 
 
 def _only_bools(values: list[Any]) -> bool:
@@ -816,15 +909,25 @@ class Template:
     native value when the template is exactly one placeholder, for callers that keep types.
     """
 
-    __slots__ = ("text", "_parts", "_single")
+    __slots__ = ("text", "_parts", "_single", "_gives_text")
 
-    def __init__(self, text: str, parts: list[str | Expression]):
+    def __init__(self, text: str, parts: list[str | Expression], gives_text: bool = False):
         self.text = text
         self._parts = parts
         self._single: Expression | None = parts[0] if len(parts) == 1 and isinstance(parts[0], Expression) else None
+        self._gives_text = gives_text  # the expression already gives the text (a Go template)
 
     @classmethod
     def compile(cls, text: str) -> "Template":
+        """Conduit's Go ``text/template`` when ``gotemplate.is_go_template`` says so (docs/expressions.md,
+        "Which syntax"), else cdcflow's ``{{ expression }}`` placeholders."""
+        from . import gotemplate
+
+        if gotemplate.is_go_template(text):
+            body, _ = gotemplate.translate(text)
+            if isinstance(body, ast.Constant):  # only text (and comments): a constant
+                return cls(text, [body.value] if body.value else [])
+            return cls(text, [Expression(text, body)], gives_text=True)
         parts: list[str | Expression] = []
         pos = 0
         while True:
@@ -853,14 +956,44 @@ class Template:
     def is_literal(self) -> bool:
         return not any(isinstance(p, Expression) for p in self._parts)
 
+    @property
+    def constant(self) -> str:
+        """The text of a literal template (Go's trim markers and comments already applied)."""
+        return "".join(p for p in self._parts if type(p) is str)
+
     def render(self, record: Record) -> str:
         single = self._single
         if single is not None:
-            return _str_of(single.evaluate(record))
+            return self._text(single.evaluate(record))
         out = []
         for p in self._parts:
-            out.append(p if type(p) is str else _str_of(p.evaluate(record)))  # type: ignore[union-attr]
+            out.append(p if type(p) is str else self._text(p.evaluate(record)))  # type: ignore[union-attr]
         return "".join(out)
+
+    def _text(self, value: Any) -> str:
+        """A placeholder's value as text; a value with no text form fails the record, not the batch."""
+        try:
+            return _str_of(value)
+        except (TypeError, ValueError) as e:
+            raise ExpressionError(self.text, f"the value has no text form: {e}") from None
+
+    def render_many(self, records: list[Record]) -> list[str | ExpressionError]:
+        """Texts for a batch: one call when the template is one expression (every Go template is),
+        else record by record. A record that fails has its ``ExpressionError`` in its place."""
+        single = self._single
+        if single is not None:
+            try:
+                values = single.evaluate_many(records)
+            except ExpressionError:
+                values = None  # some record failed: find which, one by one
+            if values is not None:
+                if self._gives_text:
+                    return values
+                try:
+                    return [v if type(v) is str else _str_of(v) for v in values]
+                except (TypeError, ValueError):
+                    pass  # a value with no text form: that record's failure, found one by one
+        return _one_by_one(self.render, records)
 
     def evaluate(self, record: Record) -> Any:
         if self._single is not None:

@@ -22,14 +22,14 @@ class Error(Transform):
     summary = "Returns an error for all records that get passed to the processor."
     description = (
         "Fails every record it receives with `message`, a template evaluated per record (e.g. "
-        "`custom error message with data from record: {{ Metadata.foo }}`). The record is nacked and goes to "
+        "`custom error message with data from record: {{.Metadata.foo}}`). The record is nacked and goes to "
         "the dead-letter queue. Give it a `condition` to fail only some records."
     )
     author = "cdcflow"
     parameters = {
         "message": Parameter(
             ParamType.STRING, default="error processor triggered",
-            description="Error message template, e.g. bad record {{ Key.id }}.",
+            description="Error message template, e.g. bad record {{ .Key.id }}.",
         ),
         **SCHEMA_PARAMETERS,
     }
@@ -44,11 +44,8 @@ class Error(Transform):
     def process(self, records: Sequence[Record]) -> list[Result]:
         message = self._message
         if message.is_literal:
-            return [Failed(message.text)] * len(records)
-        out: list[Result] = []
-        for r in records:
-            try:
-                out.append(Failed(message.render(r)))
-            except ExpressionError as e:
-                out.append(Failed(f"error processor: message template failed: {e}"))
-        return out
+            return [Failed(message.constant)] * len(records)
+        return [
+            Failed(text if type(text) is str else f"error processor: message template failed: {text}")
+            for text in message.render_many(list(records))
+        ]

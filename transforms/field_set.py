@@ -32,7 +32,8 @@ class FieldSet(Transform):
     summary = "Set the value of a certain field."
     description = (
         "Sets `field` (a field reference such as .Payload.After.name or .Metadata[\"k\"]) to `value`, "
-        "a template whose {{ expression }} placeholders are evaluated per record (see docs/expressions.md). "
+        "a Go template evaluated per record, as in Conduit (e.g. {{ .Payload.After.name | upper }}; "
+        "cdcflow's older {{ expression }} syntax also works, see docs/expressions.md). "
         "The result is text, as in Conduit. Setting .Position is not allowed."
     )
     author = "cdcflow"
@@ -43,7 +44,7 @@ class FieldSet(Transform):
         ),
         "value": Parameter(
             ParamType.STRING, required=True,
-            description="Template evaluated per record, e.g. {{ upper(Payload.After.name) }}.",
+            description="Template evaluated per record, e.g. {{ .Payload.After.name | upper }}.",
         ),
         **SCHEMA_PARAMETERS,
     }
@@ -65,7 +66,7 @@ class FieldSet(Transform):
         setter = self._field.set
         template = self._value
         if template.is_literal:
-            constant = template.text
+            constant = template.constant
             for r in records:
                 try:
                     setter(r, constant)
@@ -73,10 +74,13 @@ class FieldSet(Transform):
                 except Exception as e:  # noqa: BLE001 - one bad record must not fail the batch
                     append(failed(e))
             return out
-        render = template.render
-        for r in records:
+        records = list(records)
+        for r, text in zip(records, template.render_many(records)):  # one call for the batch
+            if type(text) is not str:
+                append(failed(text))
+                continue
             try:
-                setter(r, render(r))
+                setter(r, text)
                 append(r)
             except Exception as e:  # noqa: BLE001
                 append(failed(e))

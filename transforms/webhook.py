@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-from cdcflow.convert.jsonform import dumps_record
 from cdcflow.errors import ConfigError
 from cdcflow.expr import ExpressionError, Template
 from cdcflow.params import Parameter, ParamType
@@ -20,10 +19,6 @@ from cdcflow.sdk import Result, Transform
 
 from .base import compile_ref, failed, plugin_name
 from .field_set import SCHEMA_PARAMETERS
-
-#: Conduit's documented "send the whole record as JSON" body; cdcflow sends the record's JSON form
-WHOLE_RECORD_BODIES = frozenset({"{{ toJson . }}", "{{toJson .}}", "{{ toJson .}}", "{{toJson . }}"})
-
 
 class WebhookHTTP(Transform):
     name = "webhook.http"
@@ -41,7 +36,7 @@ class WebhookHTTP(Transform):
     parameters = {
         "request.url": Parameter(
             ParamType.STRING, required=True,
-            description="URL template, e.g. http://host/users/{{ Payload.After.id }}.",
+            description="URL template, e.g. http://host/users/{{ .Payload.After.id }}.",
         ),
         "request.method": Parameter(ParamType.STRING, default="GET", description="HTTP method."),
         "request.body": Parameter(
@@ -76,8 +71,7 @@ class WebhookHTTP(Transform):
         plugin = plugin_name(self)
         self._url = self._template(config["request.url"], "request.url")
         body = config.get("request.body") or ""
-        self._whole_record = body.strip() in WHOLE_RECORD_BODIES
-        self._body = None if (not body or self._whole_record) else self._template(body, "request.body")
+        self._body = self._template(body, "request.body") if body else None
         self._method = (config.get("request.method") or "GET").upper()
         headers = {k[len("headers."):]: v for k, v in config.items() if k.startswith("headers.") and v is not None}
         if config.get("request.contentType") and not any(h.lower() == "content-type" for h in headers):
@@ -101,7 +95,7 @@ class WebhookHTTP(Transform):
         if not self._url.is_literal:
             return
         try:
-            httpx.URL(self._url.text)
+            httpx.URL(self._url.constant)
         except Exception as e:  # noqa: BLE001 - httpx raises several types for a bad URL
             raise ConfigError(plugin, "request.url", "url", f"invalid URL: {e}") from None
 
@@ -125,12 +119,7 @@ class WebhookHTTP(Transform):
 
     def _call(self, record: Record) -> Any:
         url = self._url.render(record)
-        if self._whole_record:
-            content: bytes | None = dumps_record(record)
-        elif self._body is not None:
-            content = self._body.render(record).encode("utf-8")
-        else:
-            content = None
+        content = None if self._body is None else self._body.render(record).encode("utf-8")
         attempt = 0
         while True:
             try:

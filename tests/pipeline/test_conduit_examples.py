@@ -15,8 +15,6 @@ reasons listed. Most refusals are of files Conduit cannot run either:
 - ``not-a-pipeline-file``: a block of Conduit's service configuration (``pipelines.exit-on-degraded``);
 - ``outdated``: settings Conduit's current connectors refuse too (the generator's old
   ``format.options: "id:int,..."`` and ``rate: 2s``, a ``json.decode`` field without ``.Payload``);
-- ``gotmpl``: Go ``text/template`` conditions and settings, which cdcflow does not read yet
-  (those files are expected failures, "Go templates (gotmpl)": they pass once it does).
 
 Every file that validates uses only ``generator``, ``file`` and ``log``: each runs through
 ``cdcflow run --until-idle`` (``test_conduit_example_runs``), Conduit's ``file-to-file.yaml``
@@ -42,7 +40,6 @@ FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 #: a refusal's category, by the first rule its message matches
 RULES = [
     ("yaml", r"YAML syntax error"),
-    ("gotmpl", r"\{\{-?\s*(\.|eq |printf |index |if |toJson|upper|lower)"),
     ("not-built-in", r"plugin '[^']+' not found"),
     ("incomplete", r"has no (source|destination) connector|'(type|plugin)' is required"),
     ("placeholder", r"value is required \(rule: required\)|format '' must be one of|set servers or uri"
@@ -79,7 +76,7 @@ REFUSED = {
     "conduit-test-pipelines1-pipelines.yaml": {'not-built-in'},
     "developing-1-processors-1-building-1.yaml": {'not-built-in'},
     "developing-1-processors-index-1.yaml": {'incomplete', 'not-built-in'},
-    "using-4-pipelines-0-configuration-file-1.yaml": {'gotmpl', 'placeholder'},
+    "using-4-pipelines-0-configuration-file-1.yaml": {'placeholder'},
     "using-5-connectors-10-list-1-file-1.yaml": {'incomplete', 'placeholder'},
     "using-5-connectors-10-list-1-file-2.yaml": {'incomplete', 'placeholder'},
     "using-5-connectors-10-list-15-box-1.yaml": {'incomplete', 'not-built-in'},
@@ -116,7 +113,7 @@ REFUSED = {
     "using-5-connectors-10-list-7-activemq-1.yaml": {'incomplete', 'not-built-in'},
     "using-5-connectors-10-list-7-activemq-2.yaml": {'incomplete', 'not-built-in'},
     "using-5-connectors-9-configuration-parameters-0-output-format-1.yaml": {'outdated'},
-    "using-5-connectors-9-configuration-parameters-0-output-format-2.yaml": {'gotmpl', 'outdated'},
+    "using-5-connectors-9-configuration-parameters-0-output-format-2.yaml": {'outdated'},
     "using-6-processors-0-getting-started-1.yaml": {'incomplete', 'outdated'},
     "using-6-processors-0-getting-started-2.yaml": {'incomplete'},
     "using-6-processors-1-builtin-avro-decode-1.yaml": {'incomplete'},
@@ -140,7 +137,7 @@ REFUSED = {
     "using-6-processors-1-builtin-custom-javascript-1.yaml": {'incomplete', 'placeholder'},
     "using-6-processors-1-builtin-custom-javascript-2.yaml": {'incomplete'},
     "using-6-processors-1-builtin-error-1.yaml": {'incomplete'},
-    "using-6-processors-1-builtin-error-2.yaml": {'gotmpl', 'incomplete'},
+    "using-6-processors-1-builtin-error-2.yaml": {'incomplete'},
     "using-6-processors-1-builtin-field-convert-1.yaml": {'incomplete', 'placeholder'},
     "using-6-processors-1-builtin-field-convert-2.yaml": {'incomplete'},
     "using-6-processors-1-builtin-field-convert-3.yaml": {'incomplete'},
@@ -179,7 +176,7 @@ REFUSED = {
     "using-6-processors-1-builtin-unwrap-opencdc-2.yaml": {'incomplete'},
     "using-6-processors-1-builtin-webhook-http-1.yaml": {'incomplete', 'placeholder'},
     "using-6-processors-1-builtin-webhook-http-2.yaml": {'yaml'},
-    "using-6-processors-2-conditions-1.yaml": {'gotmpl', 'incomplete'},
+    "using-6-processors-2-conditions-1.yaml": {'incomplete'},
     "using-6-processors-4-processor-concurrency-1.yaml": {'incomplete', 'not-built-in'},
     "using-7-other-features-0-pipeline-recovery-1.yaml": {'not-a-pipeline-file'},
     "using-7-other-features-0-pipeline-recovery-2.yaml": {'not-a-pipeline-file'},
@@ -187,10 +184,9 @@ REFUSED = {
     "using-7-other-features-4-record-routing-1.yaml": {'not-built-in'},
     "using-7-other-features-4-record-routing-2.yaml": {'yaml'},
     "using-8-guides-build-ai-summarize-pipeline-1.yaml": {'incomplete'},
-    "using-8-guides-build-ai-summarize-pipeline-2.yaml": {'gotmpl', 'not-built-in', 'placeholder'},
+    "using-8-guides-build-ai-summarize-pipeline-2.yaml": {'not-built-in', 'placeholder'},
     "using-8-guides-build-generator-to-log-pipeline-1.yaml": {'incomplete'},
     "using-8-guides-build-generator-to-log-pipeline-2.yaml": {'outdated'},}
-GO_TEMPLATES = "Go templates (gotmpl)"
 
 
 def categories(problems: list[str]) -> set[str]:
@@ -212,29 +208,22 @@ def _validate(name: str, monkeypatch):
     return validate_files([name])
 
 
-def _case(name: str):
-    if "gotmpl" in REFUSED.get(name, ()):
-        return pytest.param(name, marks=pytest.mark.xfail(reason=GO_TEMPLATES, strict=False))
-    return name
-
-
-@pytest.mark.parametrize("name", [_case(n) for n in FILES])
+@pytest.mark.parametrize("name", FILES)
 def test_conduit_pipeline_file_validates_or_is_refused_as_measured(name, monkeypatch):
-    """A gotmpl file is expected to fail until Go templates are read: then only its other
-    categories remain (an XPASS says the xfail can go)."""
+    """Go templates in five of the files are read (runtime/gotemplate.py): what refuses those is
+    their other reasons only."""
     result = _validate(name, monkeypatch)
-    expected = set(REFUSED.get(name, ())) - {"gotmpl"}
+    expected = set(REFUSED.get(name, ()))
     assert categories([p.message for p in result.problems]) == expected, [p.message for p in result.problems]
 
 
 def test_the_measurement():
     """151 of Conduit's files: 16 validate; of the 135 refused, 5 need only connectors cdcflow does
-    not build in, 5 need Go templates (with other reasons), the rest Conduit cannot run either."""
+    not build in, the rest Conduit cannot run either."""
     assert len(FILES) == 151 and set(REFUSED) <= set(FILES)
     assert len(FILES) - len(REFUSED) == 16
     only_plugins = [n for n, c in REFUSED.items() if c == {"not-built-in"}]
     assert len(only_plugins) == 5
-    assert len([n for n, c in REFUSED.items() if "gotmpl" in c]) == 5
 
 
 def test_conduits_warnings_are_warned(monkeypatch):

@@ -238,24 +238,40 @@ def test_metadata_lookup_by_any_key(metadata):
         assert Expression.compile(f"Metadata[{literal}]").evaluate(r) == value
 
 
-def test_conduit_examples():
-    """Each example of Conduit's processor docs, rewritten as in docs/expressions.md."""
-    r = Record(
-        operation=Operation.CREATE,
-        metadata={"key": "expected-value", "table": "postgres", "foo": "bar", "opencdc.collection": "shop.users"},
-        after={"foo": "bar", "name": "xavier"},
-    )
-    assert Condition.compile('Metadata.key == "expected-value"').evaluate(r) is True
-    assert Template.compile("{{ Payload.After }}").render(r) == '{"foo":"bar","name":"xavier"}'
-    assert Template.compile('{{ Metadata.table == "postgres" }}').render(r) == "true"
-    assert (
-        Template.compile("custom error message with data from record: {{ Metadata.foo }}").render(r)
-        == "custom error message with data from record: bar"
-    )
-    assert Condition.compile('Operation == "delete"').evaluate(r) is False
-    assert Condition.compile('hasPrefix(Metadata["opencdc.collection"], "shop.")').evaluate(r) is True
-    assert Condition.compile('contains(Payload.After.name, "x")').evaluate(r) is True
-    assert Template.compile("{{ upper(Payload.After.name) }}").render(r) == "XAVIER"
+_CONDUIT_RECORD = Record(
+    operation=Operation.CREATE,
+    metadata={"key": "expected-value", "table": "postgres", "foo": "bar", "opencdc.collection": "shop.users"},
+    after={"foo": "bar", "name": "xavier"},
+)
+
+
+@pytest.mark.parametrize(
+    "kind, go, older, expected",
+    [
+        ("condition", '{{ eq .Metadata.key "expected-value" }}', 'Metadata.key == "expected-value"', True),
+        ("template", '{{ eq .Metadata.table "postgres" }}', '{{ Metadata.table == "postgres" }}', "true"),
+        ("template", "custom error message with data from record: {{.Metadata.foo}}",
+         "custom error message with data from record: {{ Metadata.foo }}", "custom error message with data from record: bar"),
+        ("condition", '{{ eq .Operation.String "delete" }}', 'Operation == "delete"', False),
+        ("condition", '{{ hasPrefix "shop." (index .Metadata "opencdc.collection") }}',
+         'hasPrefix(Metadata["opencdc.collection"], "shop.")', True),
+        ("condition", '{{ contains "x" .Payload.After.name }}', 'contains(Payload.After.name, "x")', True),
+        ("template", "{{ .Payload.After.name | upper }}", "{{ upper(Payload.After.name) }}", "XAVIER"),
+    ],
+)
+def test_conduit_examples_in_both_syntaxes(kind, go, older, expected):
+    """Conduit's documented templates (Go) and their older-syntax rewrites give the same result."""
+    for text in (go, older):
+        if kind == "condition":
+            assert Condition.compile(text).evaluate(_CONDUIT_RECORD) is expected
+        else:
+            assert Template.compile(text).render(_CONDUIT_RECORD) == expected
+
+
+def test_older_syntax_prints_maps_as_json():
+    """Go prints ``{{ .Payload.After }}`` as ``map[foo:bar ...]``; the older syntax writes JSON."""
+    assert Template.compile("{{ Payload.After }}").render(_CONDUIT_RECORD) == '{"foo":"bar","name":"xavier"}'
+    assert Template.compile("{{ .Payload.After }}").render(_CONDUIT_RECORD) == "map[foo:bar name:xavier]"
 
 
 # -- compiled evaluation ---------------------------------------------------------------
@@ -365,3 +381,19 @@ def test_condition_evaluate_many_marks_failures_per_record():
     non_bool = Condition.compile("Payload.After.n").evaluate_many(batch[:1])
     assert isinstance(non_bool[0], ExpressionError) and "must be true or false" in str(non_bool[0])
     assert Condition.compile("Key.id == 7").evaluate_many([rec(), rec(key={"id": 8})]) == [True, False]
+
+
+def test_a_value_with_no_text_form_fails_its_record_not_the_batch():
+    from helpers.transforms import make
+
+    from cdcflow.sdk import Failed
+
+    t = make("field.set", field=".Metadata.x", value="{{ Payload.After.v }}")
+    good, odd = Record(after={"v": 1}), Record(after={"v": {"f": upper_fn}})
+    out = t.process([good, odd])
+    assert out[0] is good and good.metadata["x"] == "1"
+    assert isinstance(out[1], Failed) and "no text form" in out[1].message
+
+
+def upper_fn():  # a value JSON cannot hold, as a plugin could leave in a record
+    pass

@@ -4,12 +4,11 @@ real HTTP server started on 127.0.0.1 in the test (Conduit's documented examples
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from helpers.transforms import configure_only, make
+from helpers.webhook_server import WebhookHandler, webhook_server
 
 from cdcflow.errors import ConfigError
 from cdcflow.pipeline.chain import ProcessorSetupError
@@ -104,70 +103,19 @@ def test_avro_errors(store):
 # -- webhook.http ----------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    fails_left = 0
-    seen: list = []
-
-    def log_message(self, *args):  # keep test output clean
-        pass
-
-    def _reply(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        _Handler.seen.append((self.command, self.path, dict(self.headers), body))
-        if self.path.startswith("/flaky") and _Handler.fails_left > 0:
-            _Handler.fails_left -= 1
-            status, payload = 503, b"try later"
-        elif self.path.startswith("/slow"):
-            time.sleep(1.0)
-            status, payload = 200, b"late"
-        elif self.path.startswith("/missing"):
-            status, payload = 404, b"nothing here"
-        elif self.path == "/":
-            status, payload = 200, b"hello, " + body
-        else:
-            status, payload = 200, b"hello, " + self.path.lstrip("/").encode() + b"!"
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = do_POST = do_PUT = _reply
-
-
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request, client_address):  # a client that timed out closed its socket
-        pass
-
-
 @pytest.fixture(scope="module")
 def server():
-    srv = _QuietServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with webhook_server() as url:
+        yield url
 
 
-def test_webhook_doc_example_body_and_status(server):
-    # Conduit: request.body '{{ printf "%s" .Payload.After }}'
-    t = make("webhook.http", **{"request.url": server, "request.body": "{{ Payload.After }}",
-                                "response.status": '.Metadata["http_status"]', "headers.content-type": "application/json"})
-    r = Record(b"pos-1", Operation.UPDATE, after=b"world")
-    assert t.process([r]) == [r]
-    assert r == Record(b"pos-1", Operation.UPDATE, {"http_status": "200"}, after=b"hello, world")
-    assert _Handler.seen[-1][2]["content-type"] == "application/json"
-    t.teardown()
-
-
-def test_webhook_doc_example_dynamic_url(server):
-    t = make("webhook.http", **{"request.url": server + "/{{ Payload.After.name }}",
-                                "response.body": ".Payload.After.response"})
-    r = Record(b"pos-1", Operation.CREATE, after={"name": "foo"})
-    t.process([r])
-    assert r.after == {"name": "foo", "response": b"hello, foo!"}
-    assert _Handler.seen[-1][0] == "GET"
+def test_webhook_sends_headers_and_method(server):
+    # Conduit's two documented examples run as written in test_conduit_processor_examples.py
+    t = make("webhook.http", **{"request.url": server, "request.body": '{{ printf "%s" .Payload.After }}',
+                                "headers.content-type": "application/json"})
+    t.process([Record(b"pos-1", Operation.UPDATE, after=b"world")])
+    method, _, headers, body = WebhookHandler.seen[-1]
+    assert (method, headers["content-type"], body) == ("GET", "application/json", b"world")
     t.teardown()
 
 
@@ -176,21 +124,21 @@ def test_webhook_whole_record_body(server):
                                 "response.body": ".Metadata.reply"})
     r = Record(b"p", Operation.CREATE, {"a": "b"}, after={"x": 1})
     t.process([r])
-    sent = json.loads(_Handler.seen[-1][3])
+    sent = json.loads(WebhookHandler.seen[-1][3])
     assert sent["payload"]["after"] == {"x": 1} and sent["metadata"] == {"a": "b"} and sent["operation"] == "create"
     assert r.metadata["reply"].startswith("hello, {")
     t.teardown()
 
 
 def test_webhook_retries_with_backoff_then_succeeds_or_fails(server):
-    _Handler.fails_left = 2
+    WebhookHandler.fails_left = 2
     t = make("webhook.http", **{"request.url": server + "/flaky", "backoffRetry.count": "2",
                                 "backoffRetry.min": "10ms", "backoffRetry.max": "50ms"})
     start = time.monotonic()
     r = Record(after=b"x")
     assert t.process([r]) == [r] and r.after == b"hello, flaky!"
     assert time.monotonic() - start >= 0.03  # waited 10ms + 20ms
-    _Handler.fails_left = 5
+    WebhookHandler.fails_left = 5
     [out] = t.process([Record(after=b"x")])
     assert isinstance(out, Failed) and "503" in out.message and "3 attempts" in out.message
     t.teardown()

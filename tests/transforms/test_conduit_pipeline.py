@@ -1,5 +1,5 @@
-"""A Conduit pipeline file with several of Conduit's processors validates and runs with
-only its template and condition strings rewritten (as docs/transforms.md shows)."""
+"""A Conduit pipeline file with several of Conduit's processors, its conditions and templates in
+Conduit's Go template syntax, validates and runs."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from cdcflow.pipeline.chain import build_chain
 from cdcflow.pipeline.validate import validate_files
 from cdcflow.record import Operation, Record
 
-# Conduit pipeline (version 2.2). Everything but the strings marked "rewritten" is Conduit's syntax as is.
+# Conduit pipeline (version 2.2), Conduit's syntax throughout.
 PIPELINE = """\
 version: 2.2
 pipelines:
   - id: users
     status: running
-    description: Conduit processors, unchanged apart from templates and conditions
+    description: Conduit processors with Go-template conditions and settings
     connectors:
       - id: src
         type: source
@@ -40,7 +40,7 @@ pipelines:
         plugin: field.set
         settings:
           field: .Payload.After.meta
-          value: '{{{{ toJson({{"n": Payload.After.id}}) }}}}'     # rewritten: '{{{{ toJson (dict "n" .Payload.After.id) }}}}'
+          value: '{{{{ toJson (dict "n" .Payload.After.id) }}}}'
       - id: decode-meta
         plugin: json.decode
         settings:
@@ -56,22 +56,22 @@ pipelines:
           type: string
       - id: mark
         plugin: field.set
-        condition: 'Operation == "create"'                        # rewritten: '{{{{ eq .Operation "create" }}}}'
+        condition: '{{{{ eq .Operation.String "create" }}}}'  # .Operation is a number to Go's eq
         settings:
           field: .Metadata.note
-          value: 'new {{{{ Payload.After.id }}}}'                   # rewritten: 'new {{{{ .Payload.After.id }}}}'
+          value: 'new {{{{ .Payload.After.id }}}}'
       - id: drop-odd
         plugin: filter
-        condition: 'int(Payload.After.id) % 2 == 1'               # rewritten: '{{{{ eq (mod (atoi .Payload.After.id) 2) 1 }}}}'
+        condition: '{{{{ ne (mod (atoi .Payload.After.id) 2) 0 }}}}'  # Go's mod keeps the sign: -3 mod 2 is -1
       - id: encode-name
         plugin: base64.encode
         settings:
           field: .Payload.After.full_name
       - id: reject
         plugin: error
-        condition: 'Payload.After.id == "4"'                      # rewritten: '{{{{ eq .Payload.After.id "4" }}}}'
+        condition: '{{{{ eq .Payload.After.id "4" }}}}'
         settings:
-          message: 'rejected {{{{ Payload.After.id }}}}'            # rewritten: 'rejected {{{{ .Payload.After.id }}}}'
+          message: 'rejected {{{{ .Payload.After.id }}}}'
       - id: twice
         plugin: clone
         settings:

@@ -1,6 +1,5 @@
-"""Conduit's built-in processors: each with the examples of its Conduit documentation
-(input and expected output written down from the docs as facts), bad settings, and
-per-record failures."""
+"""Conduit's built-in processors beyond their documented examples (those run as written in
+test_conduit_processor_examples.py): edge values, bad settings, per-record failures."""
 
 from __future__ import annotations
 
@@ -15,14 +14,6 @@ from cdcflow.record import Operation, Record
 from cdcflow.sdk import FILTERED, Failed
 
 # -- field.rename ------------------------------------------------------------------
-
-
-def test_field_rename_doc_example():
-    t = make("field.rename", mapping=".Metadata.key1:newKey,.Payload.After.foo:newFoo")
-    r = Record(operation=Operation.CREATE, metadata={"key1": "val1"}, before={"bar": "baz"}, after={"foo": "bar"})
-    assert t.process([r]) == [r]
-    assert r == Record(operation=Operation.CREATE, metadata={"newKey": "val1"}, before={"bar": "baz"},
-                       after={"newFoo": "bar"})
 
 
 def test_field_rename_nested_bracket_and_missing():
@@ -61,24 +52,6 @@ def test_field_rename_bad_mapping(mapping, fragment):
 # -- field.convert -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "field, type_, before, after",
-    [
-        # Conduit's four documented examples
-        (".Key.id", "int", Record(operation=Operation.UPDATE, key={"id": "123"}, after={"foo": "bar"}),
-         Record(operation=Operation.UPDATE, key={"id": 123}, after={"foo": "bar"})),
-        (".Payload.After.done", "bool", Record(operation=Operation.UPDATE, key={"id": "123"}, after={"done": 1}),
-         Record(operation=Operation.UPDATE, key={"id": "123"}, after={"done": True})),
-        (".Key.id", "string", Record(operation=Operation.UPDATE, key={"id": 123.345}, after={"foo": "bar"}),
-         Record(operation=Operation.UPDATE, key={"id": "123.345"}, after={"foo": "bar"})),
-        (".Payload.After.createdAt", "time",
-         Record(key={"id": 123.345}, after={"createdAt": 1704198896123456789}),
-         Record(key={"id": 123.345}, after={"createdAt": GoTime(dt.datetime(2024, 1, 2, 12, 34, 56, 123456), 789)})),
-    ],
-)
-def test_field_convert_doc_examples(field, type_, before, after):
-    t = make("field.convert", field=field, type=type_)
-    assert t.process([before]) == [after]
 
 
 @pytest.mark.parametrize(
@@ -157,21 +130,6 @@ def test_field_convert_bad_settings(settings, parameter, rule):
 # -- json.decode / json.encode -------------------------------------------------------
 
 
-def test_json_decode_raw_key_doc_example():
-    t = make("json.decode", field=".Key")
-    r = Record(operation=Operation.CREATE, key=b'{"after":{"data":4,"id":3}}')
-    t.process([r])
-    # Conduit reads numbers as float64; cdcflow keeps JSON integers as ints
-    assert r == Record(operation=Operation.CREATE, key={"after": {"data": 4, "id": 3}})
-
-
-def test_json_decode_nested_field_doc_example():
-    t = make("json.decode", field=".Payload.Before.foo")
-    r = Record(operation=Operation.SNAPSHOT, before={"foo": '{"before":{"data":4,"id":3},"baz":"bar"}'})
-    t.process([r])
-    assert r.before == {"foo": {"before": {"data": 4, "id": 3}, "baz": "bar"}}
-
-
 def test_json_decode_edges():
     t = make("json.decode", field=".Payload.After")
     big = Record(after=b'{"u": 18446744073709551615, "w": 123456789012345678901234}')
@@ -182,20 +140,6 @@ def test_json_decode_edges():
     assert null.after is None and empty.after is None and structured.after == {"a": 1}
     assert isinstance(out[4], Failed) and "invalid JSON" in out[4].message
     assert isinstance(out[5], Failed) and "expected an object" in out[5].message
-
-
-def test_json_encode_structured_key_doc_example():
-    t = make("json.encode", field=".Key")
-    r = Record(operation=Operation.CREATE, key={"tables": ["table1,table2"]})
-    t.process([r])
-    assert r == Record(operation=Operation.CREATE, key=b'{"tables":["table1,table2"]}')
-
-
-def test_json_encode_nested_map_doc_example():
-    t = make("json.encode", field=".Payload.Before.foo")
-    r = Record(operation=Operation.SNAPSHOT, before={"foo": {"before": {"data": 4, "id": 3}, "baz": "bar"}})
-    t.process([r])
-    assert r.before == {"foo": '{"baz":"bar","before":{"data":4,"id":3}}'}
 
 
 def test_json_round_trip_and_bad_settings():
@@ -211,25 +155,6 @@ def test_json_round_trip_and_bad_settings():
 
 
 # -- base64 --------------------------------------------------------------------------
-
-
-def _b64_record(after):
-    return Record(b"test-position", Operation.CREATE, {"key1": "val1"}, b"test-key", None, after)
-
-
-def test_base64_decode_doc_example():
-    r = _b64_record({"foo": "YmFy"})
-    make("base64.decode", field=".Payload.After.foo").process([r])
-    assert r == _b64_record({"foo": "bar"})
-
-
-def test_base64_encode_doc_examples():
-    r = _b64_record({"foo": "bar"})
-    make("base64.encode", field=".Key").process([r])
-    assert r.key == b"dGVzdC1rZXk="
-    r = _b64_record({"foo": "bar"})
-    make("base64.encode", field=".Payload.After.foo").process([r])
-    assert r == _b64_record({"foo": "YmFy"})
 
 
 def test_base64_edges():
@@ -248,31 +173,6 @@ def test_base64_edges():
 
 # -- unwrap --------------------------------------------------------------------------
 
-DEBEZIUM_EVENT = """{
-  "payload": {
-    "after": {"description": "test1", "id": 27},
-    "before": null,
-    "op": "c",
-    "source": {"opencdc.readAt": "1674061777225877000", "opencdc.version": "v1"},
-    "transaction": null,
-    "ts_ms": 1674061777225
-  },
-  "schema": {}
-}"""
-
-
-def test_unwrap_debezium_doc_example():
-    t = make("unwrap.debezium", field=".Payload.After.nested")
-    r = Record(b"test-position", Operation.CREATE, {"metadata-key": "metadata-value"}, b'{"payload":"27"}',
-               None, {"nested": DEBEZIUM_EVENT})
-    [out] = t.process([r])
-    assert out == Record(
-        b"test-position", Operation.CREATE,
-        {"metadata-key": "metadata-value", "opencdc.readAt": "1674061777225877000", "opencdc.version": "v1"},
-        b"27", None, {"description": "test1", "id": 27},
-    )
-
-
 def test_unwrap_debezium_operations_and_errors():
     t = make("unwrap.debezium")
     ev = {"payload": {"before": {"id": 1}, "after": None, "op": "d", "source": {"db": {"name": "x"}}, "ts_ms": 5,
@@ -289,29 +189,9 @@ def test_unwrap_debezium_operations_and_errors():
         configure_only("unwrap.debezium", field=".Key")
 
 
-def test_unwrap_kafkaconnect_doc_example():
-    t = make("unwrap.kafkaconnect")
-    r = Record(b"test position", Operation.CREATE, {"metadata-key": "metadata-value"},
-               {"payload": {"id": 27}, "schema": {}}, None, b'{\n"payload": {\n  "description": "test2"\n},\n"schema": {}\n}')
-    [out] = t.process([r])
-    assert out == Record(b"test position", Operation.CREATE, {"metadata-key": "metadata-value"}, {"id": 27}, None,
-                         {"description": "test2"})
-    [bad] = t.process([Record(after={"schema": {}})])
+def test_unwrap_kafkaconnect_without_payload_fails():
+    [bad] = make("unwrap.kafkaconnect").process([Record(after={"schema": {}})])
     assert isinstance(bad, Failed) and "payload" in bad.message
-
-
-def test_unwrap_opencdc_doc_example():
-    t = make("unwrap.opencdc")
-    wrapped = {
-        "position": b"test-position", "operation": "update", "key": {"id": "test-key"}, "metadata": {},
-        "payload": {"before": None, "after": {"msg": "string 0e8955b3-7fb5-4dda-8064-e10dc007f00d",
-                                              "sensor_id": 1250383582, "triggered": False}},
-    }
-    r = Record(b"wrapping position", Operation.CREATE, {}, b"wrapping key", None, wrapped)
-    [out] = t.process([r])
-    assert out == Record(b"wrapping position", Operation.UPDATE, {}, {"id": "test-key"}, None,
-                         {"msg": "string 0e8955b3-7fb5-4dda-8064-e10dc007f00d", "sensor_id": 1250383582,
-                          "triggered": False})
 
 
 def test_unwrap_opencdc_from_json_form():
@@ -328,16 +208,11 @@ def test_unwrap_opencdc_from_json_form():
 # -- split / clone / error -----------------------------------------------------------
 
 
-def test_split_doc_example():
-    users = [{"name": "Alice", "age": 30}, {"name": "Bob", "age": 25}, {"name": "Charlie", "age": 35}]
-    r = Record(operation=Operation.UPDATE, key={"id": 123}, after={"users": users})
+def test_split_copies_share_nothing():
+    r = Record(operation=Operation.UPDATE, key={"id": 123}, after={"users": [{"name": "A"}, {"name": "B"}]})
     [out] = make("split", field=".Payload.After.users").process([r])
-    assert out == [
-        Record(operation=Operation.UPDATE, metadata={"split.index": str(i)}, key={"id": 123}, after={"users": u})
-        for i, u in enumerate(users)
-    ]
     out[0].key["id"] = 0
-    assert out[1].key == {"id": 123}  # copies share nothing
+    assert out[1].key == {"id": 123}
 
 
 def test_split_in_a_chain_keeps_order_and_fails_non_lists():
@@ -348,27 +223,23 @@ def test_split_in_a_chain_keeps_order_and_fails_non_lists():
     assert len(result.nacks) == 1 and "not a list" in result.nacks[0].error and result.filtered == 1
 
 
-def test_clone_doc_example():
+def test_clone_copies_share_nothing():
     r = Record(operation=Operation.CREATE, metadata={"foo": "bar"}, key={"id": 123}, after={"name": "Alice", "age": 30})
     [out] = make("clone", count="1").process([r])
-    assert out == [
-        Record(operation=Operation.CREATE, metadata={"foo": "bar", "clone.index": str(i)}, key={"id": 123},
-               after={"name": "Alice", "age": 30})
-        for i in range(2)
-    ]
     out[1].after["name"] = "Bob"
     assert out[0].after["name"] == "Alice"
     with pytest.raises(ConfigError, match="greater than 0"):
         configure_only("clone", count="0")
 
 
-def test_error_doc_example():
-    t = make("error", message="custom error message with data from record: {{ Metadata.foo }}")
+def test_error_message_in_either_syntax_and_default():
     r = Record(operation=Operation.CREATE, metadata={"foo": "bar"}, before={"bar": "baz"}, after={"foo": "bar"})
+    t = make("error", message="custom error message with data from record: {{ Metadata.foo }}")  # the older syntax
     assert t.process([r]) == [Failed("custom error message with data from record: bar")]
     assert make("error").process([r]) == [Failed("error processor triggered")]
-    with pytest.raises(ConfigError, match="message"):
-        configure_only("error", message="{{ Metadata. }}")
+    for bad in ("{{ Metadata. }}", "{{ .Metadata. }}"):
+        with pytest.raises(ConfigError, match="message"):
+            configure_only("error", message=bad)
 
 
 def test_error_with_condition_nacks_only_matching_records():
