@@ -6,6 +6,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 pytest_plugins = ["helpers.kafka_fixtures", "helpers.s3_fixtures"]
 
 _OWN_DIRS = []
@@ -23,3 +25,15 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:  # the JVMs' java.io.tmpdir: a JVM the
 def pytest_unconfigure(config):
     for path in _OWN_DIRS:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _forget_registered_secrets():
+    """Settings a test validates register their secret values with the process-wide log redactor;
+    they are forgotten after the test, so a later test's messages are not masked by them (a test
+    key "0" masked the 0s of a version number)."""
+    from cdcflow.params import REDACTOR
+
+    saved = (set(REDACTOR._secrets), REDACTOR._pattern)
+    yield
+    REDACTOR._secrets, REDACTOR._pattern = saved

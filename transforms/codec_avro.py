@@ -20,7 +20,6 @@ from cdcflow.schemas import SchemaStore, default_store
 from cdcflow.sdk import Transform
 
 from .base import FieldValueTransform, parse_json, plugin_name
-from .field_set import SCHEMA_PARAMETERS
 
 _HEADER = struct.Struct(">bI")
 PRE_REGISTERED = "preRegistered"
@@ -83,7 +82,6 @@ class AvroEncode(FieldValueTransform):
         ),
         "schema.autoRegister.subject": Parameter(description="Subject derived schemas are registered under."),
         **REGISTRY_PARAMETERS,
-        **SCHEMA_PARAMETERS,
     }
 
     skip_null = False
@@ -155,7 +153,7 @@ class AvroDecode(FieldValueTransform):
         "its id names in cdcflow's schema store (schemas are looked up once per id)."
     )
     author = "cdcflow"
-    parameters = {"field": _FIELD, **REGISTRY_PARAMETERS, **SCHEMA_PARAMETERS}
+    parameters = {"field": _FIELD, **REGISTRY_PARAMETERS}
 
     skip_null = False
     failure_prefix = "failed decoding data: "

@@ -9,7 +9,6 @@ from typing import Any
 from cdcflow.params import Parameter, ParamType
 
 from .base import FieldValueTransform
-from .field_set import SCHEMA_PARAMETERS
 
 _SCALARS = (int, float, bool)
 
@@ -33,7 +32,7 @@ class Base64Decode(FieldValueTransform):
         "valid UTF-8, raw bytes otherwise; a whole .Key or .Payload side becomes raw data. Null is left alone."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("decode"), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("decode")}
 
     def convert(self, value: Any) -> Any:
         t = type(value)
@@ -61,7 +60,7 @@ class Base64Encode(FieldValueTransform):
         "(encode them with json.encode first)."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("encode"), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("encode")}
 
     def convert(self, value: Any) -> Any:
         t = type(value)

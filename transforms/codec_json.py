@@ -7,7 +7,6 @@ from typing import Any
 from cdcflow.params import Parameter, ParamType
 
 from .base import KEY_OR_PAYLOAD, UNCHANGED, FieldValueTransform, parse_json, to_json
-from .field_set import SCHEMA_PARAMETERS
 
 
 def _field_parameter(verb: str) -> Parameter:
@@ -33,7 +32,7 @@ class JsonDecode(FieldValueTransform):
         ".Payload.After to a JSON value that is not an object fails the record."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("decode"), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("decode")}
 
     def convert(self, value: Any) -> Any:
         t = type(value)
@@ -62,6 +61,6 @@ class JsonEncode(FieldValueTransform):
         "data, a nested field a string. Null is left alone."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("encode"), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("encode")}
 
     convert = staticmethod(to_json)

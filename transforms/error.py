@@ -11,7 +11,6 @@ from cdcflow.record import Record
 from cdcflow.sdk import Failed, Result, Transform
 
 from .base import plugin_name
-from .field_set import SCHEMA_PARAMETERS
 
 
 class Error(Transform):
@@ -31,7 +30,6 @@ class Error(Transform):
             ParamType.STRING, default="error processor triggered",
             description="Error message template, e.g. bad record {{ .Key.id }}.",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:

@@ -13,7 +13,6 @@ from cdcflow.record import Record
 from cdcflow.sdk import Result, Transform
 
 from .base import KEY_OR_PAYLOAD, compile_ref, copy_data, copy_record
-from .field_set import SCHEMA_PARAMETERS
 
 SPLIT_INDEX = "split.index"
 CLONE_INDEX = "clone.index"
@@ -36,7 +35,6 @@ class Split(Transform):
             ParamType.STRING, required=True, regex=KEY_OR_PAYLOAD,
             description="Field holding a list, e.g. .Payload.After.users.",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:
@@ -76,7 +74,6 @@ class Clone(Transform):
             ParamType.INT, required=True, greater_than=0,
             description="How many clones to add per record (2 gives 3 records for each input).",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:

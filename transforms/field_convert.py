@@ -21,7 +21,6 @@ from cdcflow.expr import to_text
 from cdcflow.params import Parameter, ParamType
 
 from .base import KEY_OR_PAYLOAD, FieldValueTransform
-from .field_set import SCHEMA_PARAMETERS
 
 TYPES = ("string", "int", "float", "bool", "time")
 _INT_TEXT = re.compile(r"[+-]?\d+\Z")
@@ -147,7 +146,6 @@ class FieldConvert(FieldValueTransform):
             ParamType.STRING, required=True, inclusion=TYPES,
             description="Target type: string, int, float, bool or time.",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     skip_null = False  # a missing field is converted from null, as in Conduit

@@ -10,7 +10,6 @@ from cdcflow.record import Record
 from cdcflow.sdk import Result, Transform
 
 from .base import apply_each, compile_ref, plugin_name
-from .field_set import SCHEMA_PARAMETERS
 
 
 def split_references(text: str) -> list[str]:
@@ -54,7 +53,6 @@ class FieldExclude(Transform):
             ParamType.STRING, required=True,
             description="Comma-separated field references, e.g. .Metadata,.Payload.After.foo,.Key.key1.",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:

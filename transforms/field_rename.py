@@ -11,7 +11,6 @@ from cdcflow.sdk import Result, Transform
 
 from .base import apply_each, compile_ref, plugin_name
 from .field_exclude import DATA_ATTRIBUTES, split_references
-from .field_set import SCHEMA_PARAMETERS
 from .paths import FieldRef
 
 _TOP_LEVEL = {"Position", "Operation", "Key", "Metadata", "Payload", "Payload.Before", "Payload.After"}
@@ -69,7 +68,6 @@ class FieldRename(Transform):
             ParamType.STRING, required=True,
             description="Comma-separated reference:newName pairs, e.g. .Metadata.key:id,.Payload.After.foo:bar.",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:

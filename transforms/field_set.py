@@ -12,17 +12,6 @@ from cdcflow.sdk import Result, Transform
 
 from .base import compile_ref, failed, plugin_name
 
-#: Conduit's processors accept these schema settings; cdcflow keeps structured data
-#: as native values, so there is nothing to decode or encode and they are accepted as no-ops.
-SCHEMA_PARAMETERS: Mapping[str, Parameter] = {
-    f"sdk.schema.{step}.{part}.enabled": Parameter(
-        ParamType.BOOL, default="true",
-        description=f"Conduit compatibility; cdcflow records are native values, so {step} of the {part} is a no-op.",
-    )
-    for step in ("decode", "encode")
-    for part in ("key", "payload")
-}
-
 
 class FieldSet(Transform):
     """Sets ``field`` to ``value`` rendered for each record; missing fields are created."""
@@ -46,7 +35,6 @@ class FieldSet(Transform):
             ParamType.STRING, required=True,
             description="Template evaluated per record, e.g. {{ .Payload.After.name | upper }}.",
         ),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:

@@ -17,7 +17,6 @@ from cdcflow.record import META_READ_AT, Operation, Record
 from cdcflow.sdk import Result, Transform
 
 from .base import compile_ref, parse_json
-from .field_set import SCHEMA_PARAMETERS
 
 _DEBEZIUM_OPS = {
     "c": Operation.CREATE,
@@ -97,7 +96,7 @@ class UnwrapDebezium(_Unwrap):
         "opencdc.readAt. A Kafka Connect key (`{schema, payload}`) becomes its payload."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("Debezium", r"^\.Payload.*"), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("Debezium", r"^\.Payload.*")}
 
     def process_record(self, record: Record) -> Result:
         event = _structured(self._field.get(record), self._field.reference)
@@ -147,7 +146,7 @@ class UnwrapKafkaConnect(_Unwrap):
         "`field`; the operation becomes create, metadata and position stay. A Kafka Connect key becomes its payload."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("Kafka Connect", r"^\.Payload.*"), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("Kafka Connect", r"^\.Payload.*")}
 
     def process_record(self, record: Record) -> Result:
         wrapped = _structured(self._field.get(record), self._field.reference)
@@ -167,7 +166,7 @@ class UnwrapOpenCDC(_Unwrap):
         "position stays. Raw key/payload values in the wrapped record are base64 text."
     )
     author = "cdcflow"
-    parameters = {"field": _field_parameter("OpenCDC", None), **SCHEMA_PARAMETERS}
+    parameters = {"field": _field_parameter("OpenCDC", None)}
 
     def process_record(self, record: Record) -> Result:
         wrapped = _structured(self._field.get(record), self._field.reference)

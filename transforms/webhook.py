@@ -18,7 +18,6 @@ from cdcflow.record import Record
 from cdcflow.sdk import Result, Transform
 
 from .base import compile_ref, failed, plugin_name
-from .field_set import SCHEMA_PARAMETERS
 
 class WebhookHTTP(Transform):
     name = "webhook.http"
@@ -63,7 +62,6 @@ class WebhookHTTP(Transform):
         ),
         "backoffRetry.min": Parameter(ParamType.DURATION, default="100ms", description="First wait."),
         "backoffRetry.max": Parameter(ParamType.DURATION, default="5s", description="Longest wait."),
-        **SCHEMA_PARAMETERS,
     }
 
     def configure(self, config: Mapping[str, Any]) -> None:

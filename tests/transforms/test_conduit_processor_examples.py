@@ -32,7 +32,6 @@ from helpers.transforms import chain
 from helpers.webhook_server import webhook_server
 
 from cdcflow.convert.textforms import rfc3339_text
-from cdcflow.params import REDACTOR
 from cdcflow.record import Operation, Record
 from cdcflow.schemas import SchemaStore, default_store, set_default_store
 
@@ -98,14 +97,6 @@ def _doc_value(value: Any) -> Any:
     if isinstance(value, decimal.Decimal):
         return float(value)
     return value
-
-
-@pytest.fixture(autouse=True)
-def _own_secrets(monkeypatch):
-    """The examples' API keys are registered with the process-wide log redactor when their settings
-    are validated; they are forgotten after each case so later tests' messages are not masked."""
-    monkeypatch.setattr(REDACTOR, "_secrets", set(REDACTOR._secrets))
-    monkeypatch.setattr(REDACTOR, "_pattern", REDACTOR._pattern)
 
 
 #: the setting that points each AI processor at its API (the fake one here), and the path under it
