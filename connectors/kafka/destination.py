@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdcflow.convert import jsonform
-from cdcflow.errors import CdcflowError, InfrastructureError
+from cdcflow.errors import CdcflowError, ConfigError, InfrastructureError
 from cdcflow.record import META_COLLECTION, Record
 from cdcflow.sdk import Destination
 
@@ -62,10 +62,26 @@ def _schema_table(r: Record) -> tuple[str, str]:
 
 
 class KafkaDestination(Destination):
+    _record_format: Any = None
+
     def configure(self, config) -> None:
         super().configure(config)
         self.settings: KafkaSettings = resolve(config, "destination")
         self._producer: Producer | None = None
+
+    @property
+    def record_format(self) -> Any:
+        """``sdk.record.format`` when it is not the JSON form (set by the engine's middleware): as
+        Conduit's kafka destination writes ``Record.Bytes()``, in Conduit's record mode only."""
+        return self._record_format
+
+    @record_format.setter
+    def record_format(self, fmt: Any) -> None:
+        if fmt is not None and self.settings.protocol != "opencdc-json":
+            raise ConfigError(self.id or PLUGIN, "sdk.record.format", "unsupported",
+                              f"{fmt.name!r}: protocol {self.settings.protocol} writes its own messages "
+                              "(sdk.record.format applies to Conduit's record mode: no protocol, or opencdc-json)")
+        self._record_format = fmt
 
     def open(self) -> None:
         s = self.settings
@@ -305,20 +321,28 @@ class KafkaDestination(Destination):
                 emit(topic, p, key, value, [i])
 
     def _opencdc_values(self, records: Sequence[Record]) -> list[bytes] | None:
-        """Every record's JSON form, written as one batch; None when one of them does not
-        convert (each is then written alone, so only that one goes to the DLQ)."""
+        """Every record's JSON form (or ``sdk.record.format``'s bytes), written as one batch; None
+        when one of them does not convert (each is then written alone, so only that one goes to the
+        DLQ)."""
+        fmt = self._record_format
         try:
-            return jsonform.dumps_each(records)
+            return [fmt.serialize(r) for r in records] if fmt is not None else jsonform.dumps_each(records)
         except Exception:  # noqa: BLE001 - ``_plan_opencdc`` names the record and the reason
             return None
 
     def _plan_opencdc(self, i: int, r: Record, emit, value: bytes | None = None) -> None:
         s = self.settings
         schema, table = _schema_table(r)
-        topic = topic_for(s.topic_rule, schema, table)
+        if "{{" in s.topic_rule:  # Conduit's topic template, rendered with each record
+            topic = self._topic_template().render(r)
+            if not topic:
+                raise ValueError(f"topic template {s.topic_rule!r} gives an empty topic for this record")
+        else:
+            topic = topic_for(s.topic_rule, schema, table)
         n = self._partition_count(topic)
         if value is None:
-            value = jsonform.dumps_record(r)
+            fmt = self._record_format
+            value = fmt.serialize(r) if fmt is not None else jsonform.dumps_record(r)
         key = r.key if isinstance(r.key, bytes) else (
             orjson.dumps(r.key, option=orjson.OPT_SORT_KEYS, default=str) if r.key is not None else None)
         if s.partition == "ts":
@@ -330,6 +354,14 @@ class KafkaDestination(Destination):
 
             part = zlib.crc32(key or b"", table_hash(schema, table)) % n
         emit(topic, part, key, value, [i])
+
+    def _topic_template(self) -> Any:
+        template = getattr(self, "_topic_tpl", None)
+        if template is None:
+            from cdcflow.expr import Template
+
+            template = self._topic_tpl = Template.compile(self.settings.topic_rule)
+        return template
 
     # -- writing -------------------------------------------------------------------------
     def write(self, records: Sequence[Record]) -> Sequence[str | None] | None:

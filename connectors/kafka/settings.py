@@ -143,7 +143,9 @@ DESTINATION_PARAMS: dict[str, Parameter] = {
     **_COMMON,
     **_CONDUIT_COMMON,
     **_CONDUIT_DESTINATION,
-    "topic": _p("Topic or topic rule with {schema} and {table} (default: the URI's topic)."),
+    "topic": _p("Topic or topic rule with {schema} and {table} (default: the URI's topic); in Conduit's record "
+                "mode (no protocol) a Go template rendered per record, by default "
+                "{{ index .Metadata \"opencdc.collection\" }} as Conduit's."),
     "partition": _p("Partition dispatcher.", inclusion=DISPATCHERS),
     "columns": _p("Columns the 'columns' dispatcher hashes, comma separated."),
     "partition-num": _p("Partitions of a topic the destination creates (default 3); set on an existing topic, "
@@ -431,8 +433,24 @@ def _resolve_source(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str)
                           f"consistency=transaction needs resolved events: {why}")
 
 
+#: Conduit's kafka destination writes each record to the topic its collection names by default
+CONDUIT_DEFAULT_TOPIC = '{{ index .Metadata "opencdc.collection" }}'
+
+
 def _resolve_destination(s: KafkaSettings, merged: dict, uri_topic: str, plugin: str) -> None:
     s.topic_rule = str(merged.get("topic") or uri_topic)
+    if not s.topic_rule and s.protocol == "opencdc-json":
+        s.topic_rule = CONDUIT_DEFAULT_TOPIC
+    if "{{" in s.topic_rule:
+        if s.protocol != "opencdc-json":
+            raise ConfigError(plugin, "topic", "template", "a Go-template topic is Conduit's: it needs Conduit's "
+                              "record mode (no protocol); TiCDC's protocols take a rule with {schema}/{table}")
+        from cdcflow.expr import ExpressionError, Template
+
+        try:
+            Template.compile(s.topic_rule)
+        except ExpressionError as e:
+            raise ConfigError(plugin, "topic", "template", f"not a valid template: {e}") from None
     if not s.topic_rule:
         raise ConfigError(plugin, "topic", "required", "set topic (or a rule with {schema}/{table}) or the URI path")
     if s.protocol == "avro" and not ("{schema}" in s.topic_rule and "{table}" in s.topic_rule):

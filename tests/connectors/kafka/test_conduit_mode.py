@@ -1,7 +1,8 @@
 """The ``kafka`` connector given Conduit's settings behaves as Conduit's kafka connector
 (github.com/ConduitIO/conduit-connector-kafka, source.go and destination): the source reads raw
 messages (key and value as raw data, the topic as collection, headers as ``kafka.header.*``),
-the destination writes each record's JSON form with the record key as message key."""
+the destination writes each record's JSON form with the record key as message key, or what
+``sdk.record.format`` says."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def test_conduit_setting_names_map_onto_the_client_and_modes():
     assert (d.protocol, d.topic_rule, d.client) == ("opencdc-json", "out", {"compression.type": "zstd"})
     with pytest.raises(ConfigError, match="acks"):
         settings("destination", {"servers": "b:1", "topic": "out", "acks": "one"})
+    # conduit-connector-kafka destination/config.go: the topic defaults to the record's collection
+    assert settings("destination", {"servers": "b:1"}).topic_rule == '{{ index .Metadata "opencdc.collection" }}'
+    with pytest.raises(ConfigError, match="not a valid template"):
+        settings("destination", {"servers": "b:1", "topic": "{{ index .Metadata "})
+    with pytest.raises(ConfigError, match="Conduit's record mode"):
+        settings("destination", {"servers": "b:1", "topic": "{{ .Key }}", "protocol": "canal-json"})
     # TiCDC's settings still select TiCDC's protocols
     assert settings("source", {"servers": "b:1", "topics": "t", "protocol": "canal-json"}).read_from == "earliest"
 
@@ -61,6 +68,14 @@ pipelines:
         settings:
           servers: {servers}
           topic: {topic}-copy
+      - id: payloads
+        type: destination
+        plugin: builtin:kafka
+        settings:
+          servers: {servers}
+          topic: '{{{{ index .Metadata "opencdc.collection" }}}}-payloads'
+          sdk.record.format: template
+          sdk.record.format.options: '{{{{ printf "%s" .Payload.After }}}}'
 """
 
 
@@ -96,3 +111,29 @@ def test_a_conduit_kafka_to_kafka_pipeline_copies_raw_messages_as_records(kafka_
     import base64
 
     assert {(k, base64.b64encode(v).decode()) for k, v in sent} == got  # raw data travels as base64
+    # sdk.record.format template (Conduit's record serializer): each message is the rendered template,
+    # on the topic Conduit's topic template names
+    payloads = raw_messages(kafka_broker, f"{topic}-payloads")
+    assert len(payloads) == 40
+    text = [v for _, v in sent if v.isascii()]  # a Go template writes bytes; cdcflow's renders text (UTF-8)
+    assert sorted(m.value() for m in payloads if m.value().isascii()) == sorted(text)
+
+
+def test_a_record_format_is_refused_for_a_ticdc_protocol():
+    from cdcflow.registry import load_registry
+    from cdcflow.engine.middleware import check
+
+    info = load_registry().connector("builtin:kafka")
+    raw = {"servers": "b:1", "topic": "t", "protocol": "canal-json", "sdk.record.format": "template",
+           "sdk.record.format.options": "{{ .Key }}"}
+    settings_ = info.validate("destination", raw, plugin_id="out")
+    plugin = info.new_destination()
+    plugin.id = "out"
+    plugin.configure({k: v for k, v in settings_.items() if not k.startswith("sdk.")})
+    with pytest.raises(ConfigError, match="protocol canal-json writes its own messages"):
+        check("destination", settings_, plugin, "out")
+    raw.pop("protocol")  # Conduit's record mode takes it
+    settings_ = info.validate("destination", raw, plugin_id="out")
+    plugin.configure({k: v for k, v in settings_.items() if not k.startswith("sdk.")})
+    check("destination", settings_, plugin, "out")
+    assert plugin.record_format.name == "template"
