@@ -110,6 +110,10 @@ def _split(partition_id: str) -> tuple[str, int]:
 
 
 class KafkaSource(Source):
+    #: the engine's ``ReadWaitSource`` capability: how long a read waits for messages (None:
+    #: ``poll-timeout``); 0 when a task serves several partitions in turn
+    read_wait: float | None = None
+
     def configure(self, config) -> None:
         super().configure(config)
         self.settings: KafkaSettings = resolve(config, "source")
@@ -406,17 +410,20 @@ class KafkaSource(Source):
             return f"{waiting} messages wait behind the position on {self.settings.servers} and do not arrive"
         return None
 
-    def _lag(self, timeout: float) -> int:
+    def _lag(self, timeout: float, cached: bool = False) -> int:
         """Messages behind the position per the partitions' high watermarks (a lower bound on
         Tansu, whose high watermark is its last batch's base offset + 1). Raises KafkaException
-        when the broker does not answer within ``timeout``."""
+        when the broker does not answer within ``timeout``. ``cached``: the watermarks the last
+        fetch responses carried, without asking the broker; 0 when one is not known yet."""
         consumer = self._consumer
         tps = [TopicPartition(t, n) for t, n in self._assigned]
         positions = consumer.position(tps)
         waiting = 0
         for tp in positions:
             low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
-                                                       cached=False)
+                                                       cached=cached) or (-1, -1)
+            if cached and (low < 0 or high < 0):
+                continue
             pos = tp.offset
             if pos < 0:  # nothing consumed yet: where the assignment starts
                 start = self._starts.get(f"{tp.topic}:{tp.partition}", OFFSET_BEGINNING)
@@ -426,10 +433,21 @@ class KafkaSource(Source):
 
     def lag(self) -> int | None:
         """Messages waiting behind the position (0 = caught up with what the broker has, verified).
-        A broker that does not answer raises ``KafkaPartitionUnavailableError``; either way a
-        non-zero answer makes the next empty ``read`` wait for the broker's confirmation."""
+        A positive count the last fetch responses show is answered from them (those messages are
+        on their way); otherwise the broker is asked. A broker that does not answer raises
+        ``KafkaPartitionUnavailableError``; either way a non-zero answer from the broker makes the
+        next empty ``read`` wait for its confirmation."""
         if self._consumer is None:
             return None
+        try:
+            # the watermarks of the last fetch responses show messages behind the position without
+            # a request (the engine asks after every empty read of every partition); only "nothing
+            # waits" is confirmed with the broker
+            behind = self._lag(0, cached=True)
+        except KafkaException:
+            behind = 0
+        if behind:
+            return behind
         try:
             waiting = self._lag(min(_ASK_TIMEOUT, self.settings.broker_timeout))
         except KafkaException as e:
@@ -445,20 +463,22 @@ class KafkaSource(Source):
         want = max_records - len(self._outbox)
         if want > 0:
             if self._txn:
-                self._read_transaction(self._poll(want, self.settings.poll_timeout))
+                self._read_transaction(self._poll(want, self.settings.poll_timeout if self.read_wait is None
+                                                  else self.read_wait))
             else:
                 # consumed and turned into records a chunk at a time: messages and events then die
                 # young instead of surviving into the garbage collector's old generation (whose full
                 # collections cost more than decoding did); like one consume() of ``want`` messages,
                 # it gathers up to ``want`` within poll-timeout
-                deadline = time.monotonic() + self.settings.poll_timeout
+                wait = self.settings.poll_timeout if self.read_wait is None else self.read_wait
+                deadline = time.monotonic() + wait
                 while want > 0:
                     n = min(want, _POLL_CHUNK)
                     msgs = self._poll(n, max(0.0, deadline - time.monotonic()))
                     if msgs and self._rebuild_until is not None:
                         # reading a transaction again is progress, not idleness: it does not count
                         # against this read's messages or its wait
-                        deadline = time.monotonic() + self.settings.poll_timeout
+                        deadline = time.monotonic() + wait
                         msgs = self._rebuild(msgs)
                         if not msgs:
                             continue

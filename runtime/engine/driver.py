@@ -1,14 +1,17 @@
 """The driver loop: micro-batches of Spark jobs over every live source partition.
 
-Each micro-batch is one Spark job with one Spark partition per source partition
-(``mapPartitions``); each task works up to its budget and returns counts. The
-tasks persist positions themselves, so the driver holds no state that a crash
-could lose. Partitions whose bounded source ended drop out; a pipeline that
-stopped or failed drops out with its reason. The loop ends when nothing is
-live, when ``until_idle`` sees a micro-batch whose every task ended idle (its
-partition gave nothing for the idle timeout) or at its source's end, or when
-``request_stop`` was called (SIGINT/SIGTERM): the in-flight micro-batch finishes
-its current batches, checkpoints, and the run returns normally.
+Each micro-batch is one Spark job of as many tasks as the executors have slots
+(``SparkContext.defaultParallelism``; ``spark.default.parallelism`` sets it); each task
+serves a group of source partitions, interleaved, up to its budget, and returns counts per
+partition. A partition keeps its group across micro-batches (grouped by its place in the
+plan), so a Python worker tends to get the same partitions back and reuses the sources it
+opened. The tasks persist positions themselves, so the driver holds no state that a crash
+could lose. Partitions whose bounded source ended drop out; a pipeline that stopped or
+failed drops out with its reason. The loop ends when nothing is live, when ``until_idle``
+sees a micro-batch whose every partition ended idle (it gave nothing for the idle timeout,
+or its source said nothing waits) or at its source's end, or when ``request_stop`` was
+called (SIGINT/SIGTERM): the in-flight micro-batch finishes its current batches,
+checkpoints, and the run returns normally.
 """
 
 from __future__ import annotations
@@ -36,12 +39,23 @@ class LoopResult:
     interrupted: bool = False
 
 
-def _spark_job(spark_context, ctx: RunContext, tasks: list[PartitionTask]) -> list[TaskStats]:
-    def work(items):
-        return run_partitions(ctx, list(items))
+def _spark_job(spark_context, ctx: RunContext, groups: list[list[PartitionTask]]) -> list[TaskStats]:
+    """One task per group (a Spark partition holding one list of partitions)."""
 
-    rdd = spark_context.parallelize(tasks, len(tasks))
+    def work(items):
+        return [stats for group in items for stats in run_partitions(ctx, group)]
+
+    rdd = spark_context.parallelize(groups, len(groups))
     return rdd.mapPartitions(work).collect()
+
+
+def group_partitions(live: list[PartitionTask], order: dict[PartitionTask, int], slots: int) -> list[list[PartitionTask]]:
+    """``live`` in at most ``slots`` groups: a partition's group follows from its place in the plan
+    (``order``), so it stays in its group while others end or fail; empty groups are left out."""
+    groups: list[list[PartitionTask]] = [[] for _ in range(max(1, slots))]
+    for t in live:
+        groups[order[t] % len(groups)].append(t)
+    return [g for g in groups if g]
 
 
 class Driver:
@@ -55,10 +69,13 @@ class Driver:
         trigger_interval: float = 1.0,
         display: ProgressDisplay | None = None,
         metrics: RunMetrics | None = None,
+        slots: int | None = None,
     ):
         self.sc = spark_context
         self.ctx = ctx
         self.tasks = list(tasks)
+        self._order = {t: i for i, t in enumerate(self.tasks)}
+        self.slots = slots or max(1, spark_context.defaultParallelism)
         self.until_idle = until_idle
         self.trigger_interval = trigger_interval
         self.display = display or ProgressDisplay(enabled=False)
@@ -81,7 +98,7 @@ class Driver:
         try:
             while live and not self._stop.is_set():
                 started = time.monotonic()
-                stats = _spark_job(self.sc, self.ctx, live)
+                stats = _spark_job(self.sc, self.ctx, group_partitions(live, self._order, self.slots))
                 seconds = time.monotonic() - started
                 result.totals.add(stats, seconds)
                 live = self._next_live(live, stats, result)
@@ -91,8 +108,9 @@ class Driver:
                 if not live:
                     break
                 if self.until_idle and all(s.idle or s.ended for s in stats):
-                    # every task ended its slice by waiting idle-timeout for a record in vain (or
-                    # its source ended): another micro-batch would only wait the same again
+                    # every partition ended its slice idle (its source said nothing waits, or it
+                    # gave nothing for the idle timeout) or ended: another micro-batch would only
+                    # wait the same again
                     log.info("every live partition is idle: stopping (--until-idle)")
                     break
                 if all(s.read == 0 and (s.idle or s.ended) for s in stats):
