@@ -43,7 +43,7 @@ from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange,
 from .codecs import decoder_for, delete_ts_from_headers
 from .consistency import Dedup, TransactionBuffer
 from .errors import KafkaUnavailableError
-from .settings import PLUGIN, KafkaSettings, make_client, resolve
+from .settings import PLUGIN, KafkaSettings, client_config, make_client, resolve
 from .topics import TopicGone, TopicWatch
 
 #: metadata prefix of a raw message's headers, as Conduit's kafka source names them
@@ -76,6 +76,53 @@ class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
     def __init__(self, plugin_id: str, topic: str, partition: int, offset: int, message: str, *, servers: str):
         KafkaSourceError.__init__(self, plugin_id, topic, partition, offset, message)
         self.service, self.endpoint = "kafka", servers
+
+
+class _WatermarkClients:
+    """One client per process and broker configuration that only asks for high watermarks.
+
+    On a consumer's own connection the request waits behind the fetch in flight (up to
+    ``fetch.wait.max.ms``: ~100 ms on Tansu); the engine asks ``lag()`` after empty reads of
+    many partitions in turn, so they ask on an idle connection instead (well under 1 ms)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[str, list] = {}  # configuration → [client, sources using it]
+
+    @staticmethod
+    def key(s: KafkaSettings) -> str:
+        return repr(sorted(client_config(s).items()))
+
+    def acquire(self, s: KafkaSettings) -> str:
+        key = self.key(s)
+        with self._lock:
+            entry = self._clients.get(key)
+            if entry is None:
+                entry = self._clients[key] = [make_client(Consumer, s, **{
+                    "group.id": "cdcflow-watermarks", "enable.auto.commit": False}), 0]
+            entry[1] += 1
+        return key
+
+    def client(self, key: str):
+        with self._lock:
+            return self._clients[key][0]
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            entry = self._clients.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del self._clients[key]
+        try:
+            entry[0].close()
+        except Exception:  # noqa: BLE001 - it asked for watermarks only: nothing to lose
+            log.debug("watermark client close failed", exc_info=True)
+
+
+_WATERMARKS = _WatermarkClients()
 
 
 def raw_record(msg) -> Record:
@@ -118,6 +165,7 @@ class KafkaSource(Source):
         super().configure(config)
         self.settings: KafkaSettings = resolve(config, "source")
         self._consumer: Consumer | None = None
+        self._watermarks: str | None = None  # the key of the client that asks for watermarks
         self._last_position: bytes | None = None
         self._outbox: list[Record] = []
         self._verify = False  # read() must hear from the broker before it may come back empty
@@ -172,6 +220,7 @@ class KafkaSource(Source):
             "auto.offset.reset": s.read_from, "enable.partition.eof": False,
             "fetch.max.bytes": fetch_max, "receive.message.max.bytes": max(100_000_000, fetch_max + _FRAME_SLACK),
             "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768, "on_commit": self._committed})
+        self._watermarks = _WATERMARKS.acquire(s)
         self._max_bytes = s.max_message_bytes
         parts = self._metadata_partitions() if self._txn or partition in ("", ALL_PARTITIONS) else [partition]
         self._parts = parts
@@ -416,11 +465,12 @@ class KafkaSource(Source):
         when the broker does not answer within ``timeout``. ``cached``: the watermarks the last
         fetch responses carried, without asking the broker; 0 when one is not known yet."""
         consumer = self._consumer
+        asking = consumer if cached or self._watermarks is None else _WATERMARKS.client(self._watermarks)
         tps = [TopicPartition(t, n) for t, n in self._assigned]
         positions = consumer.position(tps)
         waiting = 0
         for tp in positions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
+            low, high = asking.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
                                                        cached=cached) or (-1, -1)
             if cached and (low < 0 or high < 0):
                 continue
@@ -434,7 +484,7 @@ class KafkaSource(Source):
     def lag(self) -> int | None:
         """Messages waiting behind the position (0 = caught up with what the broker has, verified).
         A positive count the last fetch responses show is answered from them (those messages are
-        on their way); otherwise the broker is asked. A broker that does not answer raises
+        on their way); otherwise the broker is asked, on a connection of its own (``_WatermarkClients``). A broker that does not answer raises
         ``KafkaPartitionUnavailableError``; either way a non-zero answer from the broker makes the
         next empty ``read`` wait for its confirmation."""
         if self._consumer is None:
@@ -708,6 +758,9 @@ class KafkaSource(Source):
         return self._last_position
 
     def teardown(self) -> None:
+        watermarks, self._watermarks = getattr(self, "_watermarks", None), None
+        if watermarks is not None:
+            _WATERMARKS.release(watermarks)
         consumer, self._consumer = getattr(self, "_consumer", None), None
         if consumer is None:
             return

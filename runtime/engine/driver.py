@@ -39,23 +39,76 @@ class LoopResult:
     interrupted: bool = False
 
 
-def _spark_job(spark_context, ctx: RunContext, groups: list[list[PartitionTask]]) -> list[TaskStats]:
-    """One task per group (a Spark partition holding one list of partitions)."""
+#: set in a group's Python workers (``SparkContext.environment`` when its RDD is made): PySpark
+#: keeps a pool of workers per distinct environment, so a group always gets a worker of its own
+#: pool back (on each executor) and the sources that worker keeps open for its partitions
+GROUP_ENV = "CDCFLOW_TASK_GROUP"
 
-    def work(items):
-        return [stats for group in items for stats in run_partitions(ctx, group)]
 
-    rdd = spark_context.parallelize(groups, len(groups))
-    return rdd.mapPartitions(work).collect()
+def _spark_job(spark_context, ctx: RunContext, groups: list[list[PartitionTask]], rdds: "GroupJobs | None" = None
+               ) -> list[TaskStats]:
+    """One Spark task per group, each in its group's Python worker."""
+    return (rdds or GroupJobs(spark_context, ctx)).job(groups).collect()
 
 
 def group_partitions(live: list[PartitionTask], order: dict[PartitionTask, int], slots: int) -> list[list[PartitionTask]]:
-    """``live`` in at most ``slots`` groups: a partition's group follows from its place in the plan
-    (``order``), so it stays in its group while others end or fail; empty groups are left out."""
+    """``live`` in ``slots`` groups (some maybe empty): a partition's group follows from its place in
+    the plan (``order``), so it stays in its group while others end or fail."""
     groups: list[list[PartitionTask]] = [[] for _ in range(max(1, slots))]
     for t in live:
         groups[order[t] % len(groups)].append(t)
-    return [g for g in groups if g]
+    return groups
+
+
+class GroupJobs:
+    """The RDD of a micro-batch: the union of one single-task RDD per non-empty group, each made
+    with the group's ``GROUP_ENV``; kept while the groups do not change (making one pickles the
+    run context)."""
+
+    def __init__(self, spark_context, ctx: RunContext):
+        self.sc, self.ctx = spark_context, ctx
+        self._key: tuple | None = None
+        self._rdd = None
+
+    def group_rdd(self, slot: int, func):
+        """A one-task RDD running ``func()`` in group ``slot``'s workers."""
+
+        def work(items):
+            for _ in items:  # read to its end: a worker that leaves input unread is not reused
+                pass
+            return func()
+
+        env = self.sc.environment
+        env[GROUP_ENV] = str(slot)
+        try:
+            rdd = self.sc.parallelize([slot], 1).mapPartitions(work)
+            rdd._jrdd  # the function is wrapped (with the environment) now
+        finally:
+            env.pop(GROUP_ENV, None)
+        return rdd
+
+    def job(self, groups: list[list[PartitionTask]]):
+        key = tuple(tuple(g) for g in groups)
+        if key != self._key:
+            ctx = self.ctx
+            parts = []
+            for slot, group in enumerate(groups):
+                if group:
+                    parts.append(self.group_rdd(slot, lambda group=group: run_partitions(ctx, group)))
+            self._rdd = parts[0] if len(parts) == 1 else self.sc.union(parts)
+            self._key = key
+        return self._rdd
+
+    def teardown(self, slots: int) -> None:
+        """Best effort: close the cached plugins of each group's workers (on the executors the
+        tasks reach now)."""
+        from .task import teardown_all
+
+        rdds = [self.group_rdd(slot, lambda: [teardown_all()]) for slot in range(max(1, slots))]
+        try:
+            (rdds[0] if len(rdds) == 1 else self.sc.union(rdds)).collect()
+        except Exception:  # noqa: BLE001 - durability never depends on this
+            log.debug("executor teardown job failed", exc_info=True)
 
 
 class Driver:
@@ -76,6 +129,7 @@ class Driver:
         self.tasks = list(tasks)
         self._order = {t: i for i, t in enumerate(self.tasks)}
         self.slots = slots or max(1, spark_context.defaultParallelism)
+        self._jobs = GroupJobs(spark_context, ctx)
         self.until_idle = until_idle
         self.trigger_interval = trigger_interval
         self.display = display or ProgressDisplay(enabled=False)
@@ -98,7 +152,7 @@ class Driver:
         try:
             while live and not self._stop.is_set():
                 started = time.monotonic()
-                stats = _spark_job(self.sc, self.ctx, group_partitions(live, self._order, self.slots))
+                stats = _spark_job(self.sc, self.ctx, group_partitions(live, self._order, self.slots), self._jobs)
                 seconds = time.monotonic() - started
                 result.totals.add(stats, seconds)
                 live = self._next_live(live, stats, result)
@@ -120,6 +174,10 @@ class Driver:
             result.interrupted = self._stop.is_set()
             self.ctx.state.clear_stop()
         return result
+
+    def teardown_workers(self) -> None:
+        """Close cached plugins in the Python workers of every group (destinations get ``stop``)."""
+        self._jobs.teardown(self.slots)
 
     def _next_live(self, live: list[PartitionTask], stats: list[TaskStats], result: LoopResult) -> list[PartitionTask]:
         done: set[PartitionTask] = set()

@@ -172,7 +172,7 @@ def run_files(
             if on_driver is not None:
                 on_driver(driver)
             loop = driver.run()
-            _teardown_executors(session.context)
+            _teardown_executors(driver)
         finally:
             if metrics is not None:
                 metrics.close()
@@ -211,12 +211,6 @@ def _resumed(state: StateDir, tasks: list) -> list:
     return out
 
 
-def _teardown_executors(sc) -> None:
+def _teardown_executors(driver: Driver) -> None:
     """Best effort: close cached plugins in the Python workers Spark reaches now."""
-    from .task import teardown_all
-
-    n = max(1, sc.defaultParallelism)
-    try:
-        sc.parallelize(range(n), n).foreach(lambda _: teardown_all())
-    except Exception:  # noqa: BLE001 - durability never depends on this
-        log.debug("executor teardown job failed", exc_info=True)
+    driver.teardown_workers()
