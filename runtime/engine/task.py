@@ -325,16 +325,18 @@ class _Served:
                 if self.drain():
                     break
                 continue
-            if not self.round(live, now, limits):
+            if not self.round(live, started + limits.task_seconds, limits):
                 wake = min(lane.resume_at for lane in live)  # all waiting out an outage: until the first retry
                 time.sleep(min(wake - now, 0.1) if wake > now else _TICK)
         self.finish()
 
-    def round(self, live: list[_Lane], now: float, limits: Limits) -> bool:
-        """One cycle of each partition that may read now; True if one had records."""
+    def round(self, live: list[_Lane], deadline: float, limits: Limits) -> bool:
+        """One cycle of each partition that may read now; True if one had records. Once the budget
+        is used (``deadline``), a partition that read in this micro-batch has had its share."""
         progressed = False
         for lane in live:
-            if lane.resume_at > now or lane.full(limits):
+            now = time.monotonic()
+            if lane.resume_at > now or lane.full(limits) or (now >= deadline and lane.stats.read):
                 continue
             got = self.guarded(lane, self.cycle, lane)
             if got is _FAILED:
