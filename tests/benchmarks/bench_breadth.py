@@ -33,26 +33,8 @@ from cdcflow.connectors.ticdc.events import RowChange  # noqa: E402
 from cdcflow.dev.broker import Broker  # noqa: E402
 from helpers import breadth  # noqa: E402
 from helpers.kafka import create_topic  # noqa: E402
+from helpers.latency import PIPELINE as KAFKA_PIPELINE  # noqa: E402
 from helpers.latency import REPO  # noqa: E402
-
-KAFKA_PIPELINE = """version: "2.2"
-{engine}pipelines:
-  - id: k
-    connectors:
-      - id: in
-        type: source
-        plugin: builtin:kafka
-        settings:
-          uri: kafka://{servers}/{topic}?protocol=canal-json&enable-tidb-extension=true
-          group.id: {group}
-          read-from: earliest
-      - id: out
-        type: destination
-        plugin: builtin:file
-        settings:
-          path: "{out}"
-"""
-
 
 def produce(servers: str, topic: str, partitions: int, rows: int) -> None:
     create_topic(servers, topic, partitions)

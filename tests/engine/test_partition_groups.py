@@ -14,22 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.engine import PLUGIN_PKG, PYTHON, REPO, write_pipeline
+from helpers.engine import GENERATOR, PLUGIN_PKG, PYTHON, REPO, write_pipeline
 
 pytestmark = pytest.mark.spark
 
-GENERATOR = """\
-      - id: gen
-        type: source
-        plugin: builtin:generator
-        settings:
-          format.type: structured
-          format.options.id: int
-          operations: create
-          recordCount: "{count}"
-          partitions: "{partitions}"
-          rate: "{rate}"
-"""
 
 TWO_PIPELINES = """\
 version: "2.2"
