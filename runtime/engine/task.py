@@ -270,6 +270,7 @@ class _Lane:
     acker: Acker | None = None
     idle_since: float | None = None  # the first empty read of the current quiet spell
     resume_at: float = 0.0  # after an outage of its pipeline: reopened at its saved state then
+    retrying: bool = False  # after an outage, until a cycle went through: the task may not return
     done: bool = False  # ended, or its pipeline stopped or failed: not served again in this task
 
     @property
@@ -320,7 +321,7 @@ class _Served:
             if not live:
                 break
             budget_used = now - started >= limits.task_seconds
-            if all(lane.resume_at <= now and (lane.stats.idle or lane.full(limits) or (budget_used and lane.stats.read))
+            if all(not lane.retrying and (lane.stats.idle or lane.full(limits) or (budget_used and lane.stats.read))
                    for lane in live):
                 if self.drain():
                     break
@@ -336,12 +337,13 @@ class _Served:
         progressed = False
         for lane in live:
             now = time.monotonic()
-            if lane.resume_at > now or lane.full(limits) or (now >= deadline and lane.stats.read):
+            if lane.resume_at > now or (not lane.retrying and (lane.full(limits) or (now >= deadline and lane.stats.read))):
                 continue
             got = self.guarded(lane, self.cycle, lane)
             if got is _FAILED:
                 continue
             stats = lane.stats
+            lane.retrying = False
             if got is None:  # the bounded source ended (the acker saved that)
                 lane.done = True
             elif got:
@@ -487,7 +489,7 @@ class _Served:
         log.warning("pipeline %s: %s (source partition %s); retry %d in %.1fs", lane.task.pipeline, e, lane.task,
                     outage.retry, wait)
         for other in siblings:
-            other.resume_at = now + wait
+            other.resume_at, other.retrying = now + wait, True
 
 
 def _run(ctx: RunContext, tasks: Sequence[PartitionTask]) -> list[TaskStats]:

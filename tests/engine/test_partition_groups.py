@@ -109,7 +109,7 @@ OUTAGE_AND_HEALTHY = """\
 version: "2.2"
 engine:
   batch-size: 50
-  micro-batch-duration: 1s
+  micro-batch-duration: 200ms
   error-recovery.min-delay: 200ms
   error-recovery.max-delay: 200ms
   error-recovery.max-retries: "4"
@@ -138,8 +138,10 @@ pipelines:
 def test_a_pipeline_failing_in_a_task_does_not_stop_another_pipelines_partitions_in_it(tmp_path):
     """One slot (``spark.default.parallelism: 1``): every partition of both pipelines is in one task.
     The ``down`` pipeline's destination is unreachable: its batch is retried, then the pipeline
-    fails naming the node, exactly as when it ran alone; meanwhile, and after, the ``up``
-    pipeline's three partitions deliver every record in per-partition order."""
+    fails naming the node, exactly as when it ran alone (the retries outlast the task's 200 ms
+    budget: the task stays until the pipeline's retry went through or gave up, so its backoff is
+    not started afresh each micro-batch); meanwhile, and after, the ``up`` pipeline's three
+    partitions deliver every record in per-partition order."""
     from cdcflow_engine_testplugins import read_records
 
     path = write_pipeline(tmp_path / "p.yaml", OUTAGE_AND_HEALTHY.format(
