@@ -304,6 +304,7 @@ class _Served:
         self.ctx, self.lanes, self.registry = ctx, lanes, registry
         self.read_wait = 0.0 if len(lanes) > 1 else None  # alone, a partition may wait in its read
         self.outages: dict[str, _Outage] = {}
+        self.last_records: float | None = None  # when a partition last had records
         self.cpu_at_open: float | None = None  # the worker's CPU since its fork when the first source was open
 
     def run(self) -> None:
@@ -321,8 +322,12 @@ class _Served:
             if not live:
                 break
             budget_used = now - started >= limits.task_seconds
+            # a task whose partitions had records ends before its budget only after a whole idle
+            # timeout without any: a momentary lull must not leave its partitions unserved while
+            # the other tasks of the micro-batch work on (the job waits for the longest)
+            lull = self.last_records is None or now - self.last_records >= limits.idle_timeout
             if all(not lane.retrying and (lane.stats.idle or lane.full(limits) or (budget_used and lane.stats.read))
-                   for lane in live):
+                   for lane in live) and (budget_used or lull or all(lane.full(limits) for lane in live)):
                 if self.drain():
                     break
                 continue
@@ -348,6 +353,7 @@ class _Served:
                 lane.done = True
             elif got:
                 lane.idle_since, stats.idle, progressed = None, False, True
+                self.last_records = time.monotonic()
             elif not stats.idle:
                 t = time.monotonic()
                 if lane.idle_since is None:

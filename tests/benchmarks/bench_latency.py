@@ -32,6 +32,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--engine", default="", help="extra top-level engine: lines, e.g. 'engine:\\n  trigger-interval: 1s\\n'")
+    ap.add_argument("--settle", type=float, default=60.0, help="seconds the run gets to write every row at the end")
+    ap.add_argument("--dump", help="directory: write each run's rows (id, partition, sent, seen) as p<N>.csv")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--repo", default=str(REPO))
     args = ap.parse_args()
@@ -45,7 +47,8 @@ def main() -> None:
                 results = measure(broker.bootstrap_servers, Path(tmp) / f"p{n}", n,
                                   [Phase(r, args.seconds) for r in rates], master=args.master,
                                   engine=args.engine.replace("\\n", "\n"), python=args.python,
-                                  repo=Path(args.repo))
+                                  repo=Path(args.repo), settle=args.settle,
+                                  dump=Path(args.dump) / f"p{n}.csv" if args.dump else None)
                 for r in results:
                     print(r.row(n), flush=True)
     finally:

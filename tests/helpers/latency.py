@@ -124,7 +124,7 @@ def _send(producer: Producer, enc: CanalJsonEncoder, topic: str, partitions: int
 
 def measure(servers: str, work: Path, partitions: int, phases: list[Phase], *, master: str = "local[2]",
             engine: str = "", python: str = sys.executable, repo: Path = REPO, settle: float = 30.0,
-            start_timeout: float = 180.0) -> list[Latency]:
+            start_timeout: float = 180.0, dump: Path | None = None) -> list[Latency]:
     """Latencies of each phase of a streaming run on a new ``partitions``-partition topic.
 
     The run is started, warmed up (one message per partition, until every one is seen), then
@@ -173,6 +173,10 @@ def measure(servers: str, work: Path, partitions: int, phases: list[Phase], *, m
         deadline = time.monotonic() + settle
         while len(tail.seen) < first and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
+        if dump is not None:  # every row: id, partition, send time, seen time (for a closer look)
+            with open(dump, "w") as f:
+                for i, (seen, sent) in sorted(tail.seen.items()):
+                    f.write(f"{i},{i % partitions},{sent:.6f},{seen:.6f}\n")
         for ph, start_id, n in spans:
             got = [tail.seen[i][0] - tail.seen[i][1] for i in range(start_id, start_id + n) if i in tail.seen]
             results.append(Latency(ph.rate, n, len(got), percentile(got, 0.5), percentile(got, 0.99),
