@@ -69,6 +69,7 @@ class GroupJobs:
         self.sc, self.ctx = spark_context, ctx
         self._key: tuple | None = None
         self._rdd = None
+        self.used: set[int] = set()  # the groups whose workers ran a task
 
     def group_rdd(self, slot: int, func):
         """A one-task RDD running ``func()`` in group ``slot``'s workers."""
@@ -95,16 +96,19 @@ class GroupJobs:
             for slot, group in enumerate(groups):
                 if group:
                     parts.append(self.group_rdd(slot, lambda group=group: run_partitions(ctx, group)))
+                    self.used.add(slot)
             self._rdd = parts[0] if len(parts) == 1 else self.sc.union(parts)
             self._key = key
         return self._rdd
 
-    def teardown(self, slots: int) -> None:
-        """Best effort: close the cached plugins of each group's workers (on the executors the
-        tasks reach now)."""
+    def teardown(self) -> None:
+        """Best effort: close the cached plugins of the workers of each group that ran (on the
+        executors the tasks reach now)."""
         from .task import teardown_all
 
-        rdds = [self.group_rdd(slot, lambda: [teardown_all()]) for slot in range(max(1, slots))]
+        rdds = [self.group_rdd(slot, lambda: [teardown_all()]) for slot in sorted(self.used)]
+        if not rdds:
+            return
         try:
             (rdds[0] if len(rdds) == 1 else self.sc.union(rdds)).collect()
         except Exception:  # noqa: BLE001 - durability never depends on this
@@ -177,7 +181,7 @@ class Driver:
 
     def teardown_workers(self) -> None:
         """Close cached plugins in the Python workers of every group (destinations get ``stop``)."""
-        self._jobs.teardown(self.slots)
+        self._jobs.teardown()
 
     def _next_live(self, live: list[PartitionTask], stats: list[TaskStats], result: LoopResult) -> list[PartitionTask]:
         done: set[PartitionTask] = set()
