@@ -459,11 +459,12 @@ class KafkaSource(Source):
             return f"{waiting} messages wait behind the position on {self.settings.servers} and do not arrive"
         return None
 
-    def _lag(self, timeout: float, cached: bool = False) -> int:
+    def _lag(self, timeout: float, cached: bool = False) -> int | None:
         """Messages behind the position per the partitions' high watermarks (a lower bound on
-        Tansu, whose high watermark is its last batch's base offset + 1). Raises KafkaException
-        when the broker does not answer within ``timeout``. ``cached``: the watermarks the last
-        fetch responses carried, without asking the broker; 0 when one is not known yet."""
+        Tansu, whose high watermark when asked is its last batch's base offset + 1). Raises
+        KafkaException when the broker does not answer within ``timeout``. ``cached``: the
+        watermarks the last fetch responses carried, without asking the broker (Tansu's are
+        exact); None when a partition has had no fetch response yet."""
         consumer = self._consumer
         asking = consumer if cached or self._watermarks is None else _WATERMARKS.client(self._watermarks)
         tps = [TopicPartition(t, n) for t, n in self._assigned]
@@ -473,7 +474,7 @@ class KafkaSource(Source):
             low, high = asking.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
                                                        cached=cached) or (-1, -1)
             if cached and (low < 0 or high < 0):
-                continue
+                return None
             pos = tp.offset
             if pos < 0:  # nothing consumed yet: where the assignment starts
                 start = self._starts.get(f"{tp.topic}:{tp.partition}", OFFSET_BEGINNING)
@@ -484,7 +485,8 @@ class KafkaSource(Source):
     def lag(self) -> int | None:
         """Messages waiting behind the position (0 = caught up with what the broker has, verified).
         A positive count the last fetch responses show is answered from them (those messages are
-        on their way); otherwise the broker is asked, on a connection of its own (``_WatermarkClients``). A broker that does not answer raises
+        on their way); otherwise the broker is asked, on a connection of its own (``_WatermarkClients``),
+        and its 0 counts only once a fetch has answered (before that: None, unknown). A broker that does not answer raises
         ``KafkaPartitionUnavailableError``; either way a non-zero answer from the broker makes the
         next empty ``read`` wait for its confirmation."""
         if self._consumer is None:
@@ -495,7 +497,7 @@ class KafkaSource(Source):
             # waits" is confirmed with the broker
             behind = self._lag(0, cached=True)
         except KafkaException:
-            behind = 0
+            behind = None
         if behind:
             return behind
         try:
@@ -507,6 +509,10 @@ class KafkaSource(Source):
                                                  f"{self.settings.servers}: {e.args[0].str()}",
                                                  servers=self.settings.servers) from None
         self._verify = bool(waiting) or self._commit_failed is not None
+        if not waiting and behind is None:
+            # no fetch has answered yet: the broker's figure may be Tansu's lower bound, and a
+            # consumer that just started has read nothing (the engine reads without waiting)
+            return None
         return waiting
 
     def _read(self, max_records: int) -> list[Record]:
