@@ -81,7 +81,7 @@ SOURCE_PARAMS: dict[str, Parameter] = {
     ),
     "seed": Parameter(ParamType.INT, "1", "Seed of the pseudo-random values; the same seed gives the same records."),
     "partitions": Parameter(
-        ParamType.INT, "1", "Independent partitions (one Spark partition each); records are split among them.",
+        ParamType.INT, "1", "Independent partitions (each read in its own order and position); records are split among them.",
         greater_than=0, less_than=65536,
     ),
 }
@@ -401,6 +401,10 @@ def parse_collections(config: Mapping[str, Any]) -> list[CollectionSpec]:
 class GeneratorSource(Source):
     """See the module docstring. Positions are ``b"<partition>/<seq>"``."""
 
+    #: the engine's ``ReadWaitSource`` capability: how long a read may sleep for ``rate`` or a
+    #: burst pause (None: up to 1 s); 0 when a task serves several partitions in turn
+    read_wait: float | None = None
+
     def configure(self, config: Mapping[str, Any]) -> None:
         super().configure(config)
         self.seed: int = int(config["seed"])
@@ -502,8 +506,11 @@ class GeneratorSource(Source):
         into = (time.monotonic() - self._started) % cycle
         if into < self.burst_generate:
             return True
-        time.sleep(min(cycle - into, 1.0))
+        time.sleep(min(cycle - into, self._longest_wait()))
         return False
+
+    def _longest_wait(self) -> float:
+        return 1.0 if self.read_wait is None else self.read_wait
 
     def _due(self) -> int:
         """Records the rate allows now; sleeps (at most 1 s) until one is due."""
@@ -511,7 +518,7 @@ class GeneratorSource(Source):
         due = int(elapsed * self._rate) - self._emitted_since_open
         if due <= 0:
             wait = (self._emitted_since_open + 1) / self._rate - elapsed
-            time.sleep(min(max(wait, 0.0), 1.0))
+            time.sleep(min(max(wait, 0.0), self._longest_wait()))
             due = int((time.monotonic() - self._started) * self._rate) - self._emitted_since_open
         return due
 

@@ -43,7 +43,7 @@ from ..ticdc.events import CONTROL_RESOLVED, DDLEvent, ResolvedEvent, RowChange,
 from .codecs import decoder_for, delete_ts_from_headers
 from .consistency import Dedup, TransactionBuffer
 from .errors import KafkaUnavailableError
-from .settings import PLUGIN, KafkaSettings, make_client, resolve
+from .settings import PLUGIN, KafkaSettings, client_config, make_client, resolve
 from .topics import TopicGone, TopicWatch
 
 #: metadata prefix of a raw message's headers, as Conduit's kafka source names them
@@ -78,6 +78,53 @@ class KafkaPartitionUnavailableError(KafkaSourceError, KafkaUnavailableError):
         self.service, self.endpoint = "kafka", servers
 
 
+class _WatermarkClients:
+    """One client per process and broker configuration that only asks for high watermarks.
+
+    On a consumer's own connection the request waits behind the fetch in flight (up to
+    ``fetch.wait.max.ms``: ~100 ms on Tansu); the engine asks ``lag()`` after empty reads of
+    many partitions in turn, so they ask on an idle connection instead (well under 1 ms)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[str, list] = {}  # configuration → [client, sources using it]
+
+    @staticmethod
+    def key(s: KafkaSettings) -> str:
+        return repr(sorted(client_config(s).items()))
+
+    def acquire(self, s: KafkaSettings) -> str:
+        key = self.key(s)
+        with self._lock:
+            entry = self._clients.get(key)
+            if entry is None:
+                entry = self._clients[key] = [make_client(Consumer, s, **{
+                    "group.id": "cdcflow-watermarks", "enable.auto.commit": False}), 0]
+            entry[1] += 1
+        return key
+
+    def client(self, key: str):
+        with self._lock:
+            return self._clients[key][0]
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            entry = self._clients.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del self._clients[key]
+        try:
+            entry[0].close()
+        except Exception:  # noqa: BLE001 - it asked for watermarks only: nothing to lose
+            log.debug("watermark client close failed", exc_info=True)
+
+
+_WATERMARKS = _WatermarkClients()
+
+
 def raw_record(msg) -> Record:
     """A message as Conduit's kafka source makes it a record: a create with the message key and
     value as raw data, the topic as collection, the message time as ``opencdc.createdAt`` and
@@ -110,10 +157,15 @@ def _split(partition_id: str) -> tuple[str, int]:
 
 
 class KafkaSource(Source):
+    #: the engine's ``ReadWaitSource`` capability: how long a read waits for messages (None:
+    #: ``poll-timeout``); 0 when a task serves several partitions in turn
+    read_wait: float | None = None
+
     def configure(self, config) -> None:
         super().configure(config)
         self.settings: KafkaSettings = resolve(config, "source")
         self._consumer: Consumer | None = None
+        self._watermarks: str | None = None  # the key of the client that asks for watermarks
         self._last_position: bytes | None = None
         self._outbox: list[Record] = []
         self._verify = False  # read() must hear from the broker before it may come back empty
@@ -168,6 +220,7 @@ class KafkaSource(Source):
             "auto.offset.reset": s.read_from, "enable.partition.eof": False,
             "fetch.max.bytes": fetch_max, "receive.message.max.bytes": max(100_000_000, fetch_max + _FRAME_SLACK),
             "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 32768, "on_commit": self._committed})
+        self._watermarks = _WATERMARKS.acquire(s)
         self._max_bytes = s.max_message_bytes
         parts = self._metadata_partitions() if self._txn or partition in ("", ALL_PARTITIONS) else [partition]
         self._parts = parts
@@ -406,17 +459,22 @@ class KafkaSource(Source):
             return f"{waiting} messages wait behind the position on {self.settings.servers} and do not arrive"
         return None
 
-    def _lag(self, timeout: float) -> int:
+    def _lag(self, timeout: float, cached: bool = False) -> int | None:
         """Messages behind the position per the partitions' high watermarks (a lower bound on
-        Tansu, whose high watermark is its last batch's base offset + 1). Raises KafkaException
-        when the broker does not answer within ``timeout``."""
+        Tansu, whose high watermark when asked is its last batch's base offset + 1). Raises
+        KafkaException when the broker does not answer within ``timeout``. ``cached``: the
+        watermarks the last fetch responses carried, without asking the broker (Tansu's are
+        exact); None when a partition has had no fetch response yet."""
         consumer = self._consumer
+        asking = consumer if cached or self._watermarks is None else _WATERMARKS.client(self._watermarks)
         tps = [TopicPartition(t, n) for t, n in self._assigned]
         positions = consumer.position(tps)
         waiting = 0
         for tp in positions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
-                                                       cached=False)
+            low, high = asking.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout,
+                                                       cached=cached) or (-1, -1)
+            if cached and (low < 0 or high < 0):
+                return None
             pos = tp.offset
             if pos < 0:  # nothing consumed yet: where the assignment starts
                 start = self._starts.get(f"{tp.topic}:{tp.partition}", OFFSET_BEGINNING)
@@ -426,10 +484,22 @@ class KafkaSource(Source):
 
     def lag(self) -> int | None:
         """Messages waiting behind the position (0 = caught up with what the broker has, verified).
-        A broker that does not answer raises ``KafkaPartitionUnavailableError``; either way a
-        non-zero answer makes the next empty ``read`` wait for the broker's confirmation."""
+        A positive count the last fetch responses show is answered from them (those messages are
+        on their way); otherwise the broker is asked, on a connection of its own (``_WatermarkClients``),
+        and its 0 counts only once a fetch has answered (before that: None, unknown). A broker that does not answer raises
+        ``KafkaPartitionUnavailableError``; either way a non-zero answer from the broker makes the
+        next empty ``read`` wait for its confirmation."""
         if self._consumer is None:
             return None
+        try:
+            # the watermarks of the last fetch responses show messages behind the position without
+            # a request (the engine asks after every empty read of every partition); only "nothing
+            # waits" is confirmed with the broker
+            behind = self._lag(0, cached=True)
+        except KafkaException:
+            behind = None
+        if behind:
+            return behind
         try:
             waiting = self._lag(min(_ASK_TIMEOUT, self.settings.broker_timeout))
         except KafkaException as e:
@@ -439,26 +509,32 @@ class KafkaSource(Source):
                                                  f"{self.settings.servers}: {e.args[0].str()}",
                                                  servers=self.settings.servers) from None
         self._verify = bool(waiting) or self._commit_failed is not None
+        if not waiting and behind is None:
+            # no fetch has answered yet: the broker's figure may be Tansu's lower bound, and a
+            # consumer that just started has read nothing (the engine reads without waiting)
+            return None
         return waiting
 
     def _read(self, max_records: int) -> list[Record]:
         want = max_records - len(self._outbox)
         if want > 0:
             if self._txn:
-                self._read_transaction(self._poll(want, self.settings.poll_timeout))
+                self._read_transaction(self._poll(want, self.settings.poll_timeout if self.read_wait is None
+                                                  else self.read_wait))
             else:
                 # consumed and turned into records a chunk at a time: messages and events then die
                 # young instead of surviving into the garbage collector's old generation (whose full
                 # collections cost more than decoding did); like one consume() of ``want`` messages,
                 # it gathers up to ``want`` within poll-timeout
-                deadline = time.monotonic() + self.settings.poll_timeout
+                wait = self.settings.poll_timeout if self.read_wait is None else self.read_wait
+                deadline = time.monotonic() + wait
                 while want > 0:
                     n = min(want, _POLL_CHUNK)
                     msgs = self._poll(n, max(0.0, deadline - time.monotonic()))
                     if msgs and self._rebuild_until is not None:
                         # reading a transaction again is progress, not idleness: it does not count
                         # against this read's messages or its wait
-                        deadline = time.monotonic() + self.settings.poll_timeout
+                        deadline = time.monotonic() + wait
                         msgs = self._rebuild(msgs)
                         if not msgs:
                             continue
@@ -688,6 +764,9 @@ class KafkaSource(Source):
         return self._last_position
 
     def teardown(self) -> None:
+        watermarks, self._watermarks = getattr(self, "_watermarks", None), None
+        if watermarks is not None:
+            _WATERMARKS.release(watermarks)
         consumer, self._consumer = getattr(self, "_consumer", None), None
         if consumer is None:
             return

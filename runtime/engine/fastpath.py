@@ -8,6 +8,9 @@ Each capability is a ``typing.Protocol`` here, checked with ``isinstance``:
 - ``IdleAwareSource``: a source the engine tells, before ``partitions``, that the run ends
   once every partition is idle (``cdcflow run --until-idle``), so that one which can tell
   its location is wrong (a path that does not exist) raises instead of idling forever.
+- ``ReadWaitSource``: a source whose ``read`` may wait for records to come; the engine sets
+  ``read_wait = 0`` when a task serves several partitions, so a quiet one is passed over at
+  once (the task sleeps itself when none had records).
 - ``WireDestination``: a destination that writes a standalone server's ``Destination.Run``
   request messages from their protobuf bytes, without building the records first.
 """
@@ -24,6 +27,15 @@ class IdleAwareSource(Protocol):
     the capability with ``until_idle = False`` as a class attribute."""
 
     until_idle: bool
+
+
+@runtime_checkable
+class ReadWaitSource(Protocol):
+    """A source whose ``read`` waits at most ``read_wait`` seconds for records when none is there
+    yet (None: as its own settings say); it declares the capability with ``read_wait = None`` as a
+    class attribute."""
+
+    read_wait: float | None
 
 
 @runtime_checkable

@@ -37,7 +37,7 @@ class Limits:
     """How much one task does per micro-batch before returning to the driver."""
 
     batch_size: int = 10_000  # records per read → transform → write → ack cycle
-    task_seconds: float = 5.0  # wall-clock budget of one task per micro-batch
+    task_seconds: float = 5.0  # wall-clock budget of one task per micro-batch (a run: the trigger interval)
     task_records: int = 0  # 0: no record budget, only time
     idle_timeout: float = 0.5  # how long a partition may return [] before the task calls it idle
 

@@ -94,8 +94,18 @@ def _outputs(pipelines: list[PipelineConfig]) -> list[str]:
     return out
 
 
+#: the shortest task budget the trigger interval sets (a micro-batch costs one Spark job)
+MIN_DEFAULT_BUDGET = 0.5
+
+
 def _limits(pipelines: list[PipelineConfig], base: Limits | None) -> Limits:
+    """``base`` (or the defaults) with the pipelines' ``micro-batch-duration``; without one (and
+    without ``base``), a task's budget is the trigger interval (at least ``MIN_DEFAULT_BUDGET``):
+    a group of partitions that went quiet and returned early is served again within it while
+    the other tasks of its micro-batch work on (docs/engine.md, "Partitions, tasks and latency")."""
     limits = Limits(**vars(base)) if base else Limits()
+    if base is None:
+        limits.task_seconds = max(MIN_DEFAULT_BUDGET, min(p.engine.trigger_interval for p in pipelines))
     for p in pipelines:
         if p.engine.micro_batch_duration is not None:
             limits.task_seconds = p.engine.micro_batch_duration
@@ -199,7 +209,7 @@ def run_files(
             if lock.lost:
                 driver.request_stop()
             loop = driver.run()
-            _teardown_executors(session.context)
+            _teardown_executors(driver)
         finally:
             if metrics is not None:
                 metrics.close()
@@ -241,12 +251,6 @@ def _resumed(state: StateDir, tasks: list) -> list:
     return out
 
 
-def _teardown_executors(sc) -> None:
+def _teardown_executors(driver: Driver) -> None:
     """Best effort: close cached plugins in the Python workers Spark reaches now."""
-    from .task import teardown_all
-
-    n = max(1, sc.defaultParallelism)
-    try:
-        sc.parallelize(range(n), n).foreach(lambda _: teardown_all())
-    except Exception:  # noqa: BLE001 - durability never depends on this
-        log.debug("executor teardown job failed", exc_info=True)
+    driver.teardown_workers()

@@ -25,6 +25,7 @@ from ..record import (
     Record,
 )
 from . import processors
+from .fastpath import ReadWaitSource
 from .faults import SOURCE, in_node, quiet_teardown
 from .middleware import SourceMiddleware, connector_settings
 from .plan import PartitionTask, RunContext
@@ -60,6 +61,12 @@ class SourceNode:
     def ack(self, positions: list[bytes]) -> None:
         with in_node(self.pipeline, SOURCE, self.task.source):
             self.plugin.ack(positions)
+
+    def set_read_wait(self, seconds: float | None) -> None:
+        """How long ``read`` may wait for records (None: the plugin's own setting), where the plugin
+        can tell (``ReadWaitSource``): a task serving several partitions reads without waiting."""
+        if isinstance(self.plugin, ReadWaitSource):
+            self.plugin.read_wait = seconds
 
     def lag(self) -> int | None:
         """What waits behind the position, or None (a failing ``lag`` only informs: it says nothing)."""

@@ -97,11 +97,11 @@ class Phases:
         inner = driver_module._spark_job
         self._originals.append((driver_module, "_spark_job", inner))
 
-        def job(sc, ctx, tasks):
+        def job(sc, ctx, tasks, *rest):
             jvm = jvm_pid()
             jvm_cpu = cpu_of(jvm) if jvm else None
             t0 = time.time()
-            stats = inner(sc, ctx, tasks)
+            stats = inner(sc, ctx, tasks, *rest)
             t1 = time.time()
             # the workers and their daemon live on (worker reuse): their CPU since they started
             procs = {s.pid: cpu_of(s.pid) for s in stats}

@@ -14,22 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.engine import PLUGIN_PKG, PYTHON, REPO, write_pipeline
+from helpers.engine import GENERATOR, PLUGIN_PKG, PYTHON, REPO, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-GENERATOR = """\
-      - id: gen
-        type: source
-        plugin: builtin:generator
-        settings:
-          format.type: structured
-          format.options.id: int
-          operations: create
-          recordCount: "{count}"
-          partitions: "1"
-          rate: "{rate}"
-"""
 
 OUTAGE_PIPELINE = """\
 version: "2.2"
@@ -72,7 +60,7 @@ def _recorded(path: Path) -> list[int]:
 
 def _outage(tmp_path: Path, *, fail: int, retries: int = 5, count: int = 300, batch: int = 50, rate: int = 0):
     return write_pipeline(tmp_path / "outage.yaml", OUTAGE_PIPELINE.format(
-        batch=batch, retries=retries, fail=fail, generator=GENERATOR.format(count=count, rate=rate)))
+        batch=batch, retries=retries, fail=fail, generator=GENERATOR.format(count=count, partitions=1, rate=rate)))
 
 
 def test_an_outage_is_retried_and_every_record_delivered_once(tmp_path):
@@ -210,7 +198,7 @@ PASS_THROUGH = """\
 
 
 def _nack_pipeline(processors: str, count: int = 1000) -> str:
-    return NACK_PIPELINE.replace("{generator}", GENERATOR.format(count=count, rate=0)).replace(
+    return NACK_PIPELINE.replace("{generator}", GENERATOR.format(count=count, partitions=1, rate=0)).replace(
         "{processors}", processors)
 
 
@@ -307,7 +295,7 @@ def test_a_processor_outage_is_retried_not_nacked(tmp_path):
     """A processor whose backend is down (test.lookup's first two calls raise InfrastructureError)
     fails the batch; with `window-size: 0` a nack would have gone to the DLQ, an outage does not."""
     path = write_pipeline(tmp_path / "lookup.yaml", LOOKUP_PIPELINE.format(
-        generator=GENERATOR.format(count=200, rate=0)))
+        generator=GENERATOR.format(count=200, partitions=1, rate=0)))
     res = _run(path)
     assert res.returncode == 0, res.stderr
     assert _recorded(tmp_path / "dlq.bin") == []

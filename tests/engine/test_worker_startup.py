@@ -131,8 +131,8 @@ def test_tasks_report_where_their_wall_time_went(spark, tmp_path, monkeypatch):
     seen = []
     inner = driver_module._spark_job
 
-    def recording(sc, ctx, tasks):
-        stats = inner(sc, ctx, tasks)
+    def recording(sc, ctx, tasks, *rest):
+        stats = inner(sc, ctx, tasks, *rest)
         seen.extend(stats)
         return stats
 

@@ -14,6 +14,20 @@ PYTHON = sys.executable
 #: point): on the driver's path only, so the engine must ship it to the workers itself
 PLUGIN_PKG = REPO / "tests" / "engine" / "plugin_pkg"
 
+#: a bounded generator source of sequential keys (partition p gets p, p + partitions, ...)
+GENERATOR = """\
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          format.type: structured
+          format.options.id: int
+          operations: create
+          recordCount: "{count}"
+          partitions: "{partitions}"
+          rate: "{rate}"
+"""
+
 
 def write_pipeline(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -487,7 +487,9 @@ def test_run_whose_broker_dies_fails_instead_of_finishing(broker, unique_name, t
     idle). Now the source asks the broker before it calls silence idleness: the run fails naming
     the source and the servers, and no saved position is past a row missing from the output.
     The broker keeps its data in memory, so a killed one cannot be resumed from: the test stops
-    at what the run must not have claimed."""
+    at what the run must not have claimed. The consumers' prefetch is kept small so that rows are
+    still on the broker when it dies (one task reads both partitions at once: with librdkafka's
+    default queue they would have fetched the whole topic within a second)."""
     topic, n = unique_name, 40_000
     create_topic(broker.servers, topic, 2)
     d = make_destination({"uri": canal_uri(broker.servers, topic), "partition-num": "2",
@@ -501,7 +503,8 @@ def test_run_whose_broker_dies_fails_instead_of_finishing(broker, unique_name, t
              for m in raw_messages(broker.servers, topic, idle=0.7)}
     assert len(where) == n
     cfg, state, out = tmp_path / "pipeline.yaml", tmp_path / "state", tmp_path / "out.jsonl"
-    cfg.write_text(kafka_to_file(broker.servers, topic, out))
+    cfg.write_text(kafka_to_file(broker.servers, topic, out, extra='          kafka.queued.max.messages.kbytes: "256"\n'
+                                 '          kafka.fetch.message.max.bytes: "65536"\n'))
     proc = start_run(cfg, state)
     try:
         deadline = time.monotonic() + 120

@@ -96,6 +96,41 @@ def test_lag_is_what_waits_on_the_broker_and_zero_only_when_caught_up(kafka_brok
 
 
 @pytest.mark.timeout(60)
+def test_lag_is_not_zero_before_a_fetch_answered_even_past_tansus_watermark(kafka_broker, schema_registry,
+                                                                          unique_name):
+    """A task serving several partitions reads each without waiting (``read_wait = 0``), so a consumer
+    that just started returns [] before its first fetch answered. Tansu, asked for a partition's
+    high watermark, answers its last record batch's base offset + 1: a position inside that batch
+    is past it. Before: ``lag()`` said 0 then, the partition counted as caught up, and
+    ``--until-idle`` ended with the rest of the batch unread (rows lost in the kill -9 test). Now
+    ``lag()`` says 0 only once a fetch has answered."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = unique_name
+    create_topic(kafka_broker, topic, 1)
+    produce(kafka_broker, schema_registry, topic, [(0, ev) for ev in orders(range(500))])  # one or two batches
+    committer = Consumer({"bootstrap.servers": kafka_broker, "group.id": topic})
+    committer.commit(offsets=[TopicPartition(topic, 0, 400)], asynchronous=False)
+    assert committer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] <= 400  # Tansu's figure
+    committer.close()
+    src = avro_source(kafka_broker, schema_registry, topic)
+    src.read_wait = 0.0
+    src.open(None, f"{topic}:0")
+    try:
+        first = src.read(100)
+        if first:
+            pytest.skip("the first fetch answered before the first read: nothing to test")
+        assert src.lag() != 0
+        got: list = []
+        deadline = time.monotonic() + 20
+        while len(got) < 100 and time.monotonic() < deadline:
+            got.extend(src.read(100))
+        assert [r.key["id"] for r in got] == list(range(400, 500))
+        assert src.lag() == 0
+    finally:
+        src.teardown()
+
+
 def test_the_registry_down_is_the_sources_outage_not_the_messages_fault(kafka_broker, tmp_path, unique_name):
     from cdcflow.dev.registry import RegistryService
 
