@@ -51,6 +51,8 @@ class SourceNode:
         """A batch (None: the bounded source ended), each record stamped with where it came from."""
         with in_node(self.pipeline, SOURCE, self.task.source):
             batch = self.plugin.read(self.middleware.read_size(max_records))
+            if batch:
+                self.middleware.apply(batch)  # Conduit's schema extraction (a store outage fails the batch)
         if batch:
             stamp = {META_SOURCE_CONNECTOR_ID: self.task.source, META_SOURCE_PLUGIN_NAME: self.name,
                      META_SOURCE_PLUGIN_VERSION: self.version}
@@ -119,7 +121,7 @@ def open_source(ctx: RunContext, pipe: PipelineConfig, task: PartitionTask, stat
         quiet_teardown(plugin)
         raise
     node = SourceNode(pipe.id, task, plugin, chain, info.name, info.version, fingerprint, state,
-                      SourceMiddleware.of(ctx.settings_of(pipe.id, SOURCE, cfg.id), info))
+                      SourceMiddleware.of(ctx.settings_of(pipe.id, SOURCE, cfg.id), info, cfg.id))
     with _lock:
         _cache[key] = node
     return node, True

@@ -159,3 +159,44 @@ def test_schema_extraction_attaches_conduits_subjects_and_registers_the_schemas(
                                                        "sdk.schema.extract.payload.enabled": "true",
                                                        "sdk.schema.context.enabled": "false"}), info, "gen")
     assert ctx.extraction.context == ""
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_an_in_process_source_extracts_schemas_in_a_run(tmp_path):
+    """The engine applies the source middleware's schema extraction to what an in-process source
+    reads: the lines name Conduit's subject, and the schema is in the run's store. Old code: the
+    settings were taken and nothing was applied."""
+    import orjson
+
+    from cdcflow.engine.runner import run_files
+
+    out = tmp_path / "out.jsonl"
+    path = tmp_path / "p.yaml"
+    path.write_text(f"""\
+version: "2.2"
+pipelines:
+  - id: extract
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          recordCount: "20"
+          collections.users.format.type: structured
+          collections.users.format.options.id: int
+          collections.users.format.options.name: string
+          sdk.schema.extract.payload.enabled: "true"
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: {out}
+""")
+    outcome = run_files([str(path)], master="local[1]", until_idle=True, progress=False,
+                        state_dir=str(tmp_path / "state"))
+    assert outcome.exit_code == 0, outcome
+    lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert len(lines) == 20
+    assert {line["metadata"].get("opencdc.payload.schema.subject") for line in lines} == {"gen:users.payload"}
+    assert "opencdc.key.schema.subject" not in lines[0]["metadata"]  # only the payload was asked for
