@@ -242,19 +242,23 @@ INPUT = b"first line\nsecond line\nthird line\n"
 
 def _bounded(text: str, tmp: Path) -> str:
     """The file as written, except what a bounded test run needs: a ``recordCount`` for a
-    generator without one (Conduit's generators run forever) and absolute paths moved under ``tmp``."""
+    generator without one (Conduit's generators run forever) and paths moved under ``tmp``."""
     docs = list(yaml.safe_load_all(text))
     changed = False
     for doc in docs:
         for pipe in (doc or {}).get("pipelines") or []:
+            dlq_settings = (pipe.get("dead-letter-queue") or {}).get("settings") or {}
+            if dlq_settings.get("path"):
+                dlq_settings["path"] = str(tmp / Path(dlq_settings["path"]).name)
+                changed = True
             for conn in pipe.get("connectors") or []:
                 settings = conn.setdefault("settings", {}) or {}
                 conn["settings"] = settings
                 if conn.get("plugin", "").endswith("generator") and "recordCount" not in settings:
                     settings["recordCount"] = "3"
                     changed = True
-                if str(settings.get("path", "")).startswith("/"):
-                    settings["path"] = str(tmp / Path(settings["path"]).name)
+                if settings.get("path"):  # absolute under ``tmp``: the runs share a Spark context, whose
+                    settings["path"] = str(tmp / Path(settings["path"]).name)  # workers have their own cwd
                     changed = True
     return yaml.safe_dump_all(docs, sort_keys=False) if changed else text
 
@@ -266,10 +270,31 @@ def _cdcflow_run(tmp: Path, pipeline: Path) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
 
 
+@pytest.fixture(scope="module")
+def shared_spark(tmp_path_factory):
+    """One local[1] Spark context for the example runs (each ``run_files`` joins it): a JVM start
+    per file would double the time. The file-to-file journey below goes through the CLI."""
+    from cdcflow.engine.spark.session import start_session
+    from cdcflow.engine.state import StateDir
+
+    info = start_session("local[1]", {}, StateDir(tmp_path_factory.mktemp("examples-spark")).create())
+    yield info.context
+    if info.owned:
+        info.stop()
+
+
+def _run_in_process(tmp: Path, pipeline: Path, monkeypatch) -> None:
+    from cdcflow.engine.runner import run_files
+
+    monkeypatch.chdir(tmp)  # the files' relative paths are the process's, as in Conduit
+    outcome = run_files([str(pipeline)], until_idle=True, progress=False, state_dir=str(tmp / "state"))
+    assert outcome.exit_code == 0, outcome
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_conduit_example_runs(name, tmp_path):
+def test_conduit_example_runs(name, tmp_path, shared_spark, monkeypatch):
     """Each file that validates runs (bounded); its file destinations get records in the JSON form
     (Conduit's DLQ example: every record fails its processor and lands in the DLQ file)."""
     if name == "conduit-pipelines-javascript-processor.yaml":
@@ -292,8 +317,7 @@ def test_conduit_example_runs(name, tmp_path):
         path.write_bytes(INPUT)
     pipeline = tmp_path / name
     pipeline.write_text(text)
-    done = _cdcflow_run(tmp_path, pipeline)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_in_process(tmp_path, pipeline, monkeypatch)
     written = {}
     for path in destinations:
         written[path.name] = [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
@@ -334,7 +358,7 @@ def test_conduits_file_to_file_example_runs_with_conduits_result(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_conduits_debezium_output_format_example_runs(tmp_path):
+def test_conduits_debezium_output_format_example_runs(tmp_path, shared_spark, monkeypatch):
     """conduit-site's output-format page, first example (sdk.record.format: debezium/json with
     debezium.schema.name=employee), with the generator's current field settings for its outdated
     ``format.options: "name:string,company:string"``: each line is a Kafka Connect envelope named
@@ -346,8 +370,7 @@ def test_conduits_debezium_output_format_example_runs(tmp_path):
     text = text.replace('recordCount: "10"', 'recordCount: "3"').replace('readTime: "1s"', 'readTime: "10ms"')
     pipeline = tmp_path / name
     pipeline.write_text(text.replace("/tmp/file-destination.txt", str(tmp_path / "out.txt")))
-    done = _cdcflow_run(tmp_path, pipeline)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _run_in_process(tmp_path, pipeline, monkeypatch)
     lines = (tmp_path / "out.txt").read_bytes().splitlines()
     envelopes = [orjson.loads(line) for line in lines]
     assert len(envelopes) == 3 and all(line.startswith(b'{"schema":{"type":"struct","name":"employee","fields":[')
